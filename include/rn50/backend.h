@@ -1,0 +1,168 @@
+// rn50: the backend interface. Every compute op the model, loss and optimiser need, with typed
+// parameter structs. Backends: "ref" (naive, float64 accumulation: the tests' oracle),
+// "onednn" (CPU, oneDNN primitives cached per shape), later "cuda" (cuDNN/cuBLASLt + kernels).
+//
+// Shared conventions for every op:
+//  * 4-D activations have logical shape (N, C, H, W) in the layout the tensor carries; a backend
+//    accepts NCHW and NHWC inputs, and writes outputs in the layout of the output tensor it is
+//    given (callers allocate outputs). Conv weights are (K, C, R, S) NCHW (torchvision OIHW).
+//  * Outputs are overwritten, never accumulated, unless an op says otherwise.
+//  * All tensors passed to a backend live on backend.device(). dtype f32 unless stated; backends
+//    that support f16/bf16 compute say so in supports().
+//  * Shape mismatches throw rn50::Error with the op name and the offending shapes.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rn50/tensor.h"
+
+namespace rn50 {
+
+/// 2-D convolution, square kernel taken from the weight's (R, S), dilation 1, groups 1, no bias.
+/// Output size: OH = (H + 2*pad - R) / stride + 1 (floor), likewise OW.
+struct Conv2dParams {
+  int stride = 1;
+  int pad = 0;
+};
+
+/// BatchNorm2d as torch.nn.BatchNorm2d: y = gamma * (x - mean) / sqrt(var + eps) + beta,
+/// optionally followed by ReLU (relu = true fuses y = max(y, 0)).
+/// Training mode uses batch statistics over (N, H, W) with the BIASED variance, and updates
+/// running_mean = (1 - momentum) * running_mean + momentum * mean,
+/// running_var  = (1 - momentum) * running_var  + momentum * var * M / (M - 1), M = N*H*W
+/// (torch's unbiased running variance). Defaults are torch's (eps 1e-5, momentum 0.1).
+struct BatchNormParams {
+  double eps = 1e-5;
+  double momentum = 0.1;
+  bool relu = false;
+};
+
+/// Max pooling with a square window; torch.nn.MaxPool2d semantics (padding never selected).
+/// OH = (H + 2*pad - kernel) / stride + 1 (floor).
+struct Pool2dParams {
+  int kernel = 3;
+  int stride = 2;
+  int pad = 1;
+};
+
+/// SGD with momentum, exactly torch.optim.SGD with dampening 0 and nesterov false:
+///   g = grad + weight_decay * p   (only for the first `decay_count` elements of the slab)
+///   buf = momentum * buf + g      (buf starts at zero, identical to torch's first-step clone)
+///   p = p - lr * buf
+/// grad_scale multiplies grad first (1 / loss_scale under AMP; 1 otherwise).
+struct SgdParams {
+  float lr = 0.f;
+  float momentum = 0.875f;
+  float weight_decay = 3.0517578125e-05f;
+  int64_t decay_count = 0;
+  float grad_scale = 1.f;
+};
+
+/// Op families, for supports() queries and the test harness.
+enum class Op {
+  conv2d, batchnorm, relu, add, add_relu, maxpool2d, global_avgpool, linear,
+  softmax_xent, normalize_u8, sgd
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  /// "ref", "onednn", "cuda".
+  virtual std::string name() const = 0;
+  virtual Device device() const = 0;
+  /// Whether `op` runs on this backend with activations of `dtype` in `layout`.
+  virtual bool supports(Op op, DType dtype, Layout layout) const = 0;
+
+  /// Allocate an uninitialised tensor on this backend's device (64-byte aligned on CPU).
+  virtual Tensor alloc(std::vector<int64_t> shape, DType dtype, Layout layout = Layout::NCHW) = 0;
+  /// Copy src into dst: same logical shape; may change layout (4-D) and cross host/device; dtype
+  /// conversion f32<->f16/bf16 where supported. Throws on shape mismatch.
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;
+  /// dst = 0.
+  virtual void zero(Tensor& dst) = 0;
+  /// Wait until all work queued on this backend is done (no-op on synchronous CPU backends).
+  virtual void synchronize() = 0;
+
+  // ---- convolution: x (N,C,H,W), w (K,C,R,S), y (N,K,OH,OW) ----
+  virtual void conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w, Tensor& y) = 0;
+  /// dx = conv_transpose(dy, w): the gradient w.r.t. x.
+  virtual void conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
+                               Tensor& dx) = 0;
+  /// dw = correlation of x and dy summed over the batch: the gradient w.r.t. w (overwritten).
+  virtual void conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
+                                  Tensor& dw) = 0;
+
+  // ---- batch normalisation: x, y (N,C,H,W); gamma, beta, running_*, save_* f32 (C) ----
+  /// Training forward: writes y, save_mean (batch mean) and save_var (biased batch variance), and
+  /// updates running_mean / running_var in place (see BatchNormParams).
+  virtual void batchnorm_fwd_train(const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
+                                   const Tensor& beta, Tensor& running_mean, Tensor& running_var,
+                                   Tensor& y, Tensor& save_mean, Tensor& save_var) = 0;
+  /// Inference forward with running statistics.
+  virtual void batchnorm_fwd_infer(const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
+                                   const Tensor& beta, const Tensor& running_mean,
+                                   const Tensor& running_var, Tensor& y) = 0;
+  /// Backward of the training forward. y is the forward output (used for the ReLU mask when
+  /// p.relu; may be undefined otherwise). Writes dx, dgamma, dbeta (overwritten).
+  virtual void batchnorm_bwd(const BatchNormParams& p, const Tensor& x, const Tensor& y,
+                             const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
+                             const Tensor& save_var, Tensor& dx, Tensor& dgamma,
+                             Tensor& dbeta) = 0;
+
+  // ---- elementwise (any shape; 4-D operands may differ in layout) ----
+  virtual void relu_fwd(const Tensor& x, Tensor& y) = 0;
+  /// dx = dy * (y > 0), y the forward output.
+  virtual void relu_bwd(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+  /// y = a + b.
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;
+  /// y = max(a + b, 0): the residual join of a block. Its backward is relu_bwd on y.
+  virtual void add_relu_fwd(const Tensor& a, const Tensor& b, Tensor& y) = 0;
+
+  // ---- pooling ----
+  /// y (N,C,OH,OW) = max over windows of x (N,C,H,W).
+  virtual void maxpool2d_fwd(const Pool2dParams& p, const Tensor& x, Tensor& y) = 0;
+  /// dx: each dy routed to the first (row-major in the window) maximum of its window, summed.
+  virtual void maxpool2d_bwd(const Pool2dParams& p, const Tensor& x, const Tensor& y,
+                             const Tensor& dy, Tensor& dx) = 0;
+  /// y (N,C) = mean of x (N,C,H,W) over H, W.
+  virtual void global_avgpool_fwd(const Tensor& x, Tensor& y) = 0;
+  /// dx (N,C,H,W) = dy (N,C) / (H*W) broadcast.
+  virtual void global_avgpool_bwd(const Tensor& dy, Tensor& dx) = 0;
+
+  // ---- fully connected: x (N,C), w (K,C), b (K), y (N,K); y = x w^T + b (torch Linear) ----
+  virtual void linear_fwd(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = 0;
+  /// dx = dy w; dw = dy^T x; db = sum_n dy (all overwritten). dx may be undefined (skipped).
+  virtual void linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
+                          Tensor& dw, Tensor& db) = 0;
+
+  // ---- loss: softmax cross-entropy with label smoothing eps over K classes (torch
+  // CrossEntropyLoss(label_smoothing=eps), mean reduction). Target distribution
+  // q = (1 - eps) * onehot(label) + eps / K. logits (N,K) f32, labels i32 (N).
+  /// Writes loss (f32, shape {1}: mean over the batch) and probs (N,K) = softmax(logits).
+  virtual void softmax_xent_fwd(const Tensor& logits, const Tensor& labels, float smoothing,
+                                Tensor& loss, Tensor& probs) = 0;
+  /// dlogits = scale * (probs - q) / N. `scale` is the AMP loss scale (1 without AMP).
+  virtual void softmax_xent_bwd(const Tensor& probs, const Tensor& labels, float smoothing,
+                                float scale, Tensor& dlogits) = 0;
+
+  // ---- input ----
+  /// src: u8 (N,3,H,W) in Layout::NHWC (decoded pixels, RGB). dst: (N,3,H,W) f32 (or the compute
+  /// dtype) in dst's layout, dst = (src / 255 - mean[c]) / std[c].
+  virtual void normalize_u8(const Tensor& src, const std::array<float, 3>& mean,
+                            const std::array<float, 3>& std, Tensor& dst) = 0;
+
+  // ---- optimiser over whole slabs (1-D f32 tensors of equal length) ----
+  virtual void sgd_update(const SgdParams& p, Tensor& params, const Tensor& grads,
+                          Tensor& momentum_buf) = 0;
+};
+
+/// Backends by name: "ref" and "onednn" always (CPU); "cuda" when built with RN50_CUDA.
+/// Throws rn50::Error naming the backend when unknown or not built.
+std::unique_ptr<Backend> make_backend(const std::string& name);
+/// Names of the backends compiled into this build, e.g. {"ref", "onednn"}.
+std::vector<std::string> available_backends();
+
+}  // namespace rn50

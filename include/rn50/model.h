@@ -1,0 +1,102 @@
+// rn50: the ResNet family (torchvision layout, v1.5 stride placement) with an explicit
+// forward/backward schedule over a Backend, and parameters in contiguous slabs.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rn50/backend.h"
+#include "rn50/tensor.h"
+
+namespace rn50 {
+
+/// Architecture as data (torchvision resnet.py / DLE resnet.py): block type, blocks per stage.
+/// Stage widths are 64,128,256,512; bottleneck expansion 4, basic 1. v1.5: the stride-2 of a
+/// downsampling bottleneck sits on its 3x3 conv (conv2), as torchvision.
+struct ArchSpec {
+  std::string name;          ///< "resnet18", "resnet34", "resnet50", "resnet101", "resnet152"
+  bool bottleneck = true;    ///< false: BasicBlock (two 3x3 convs)
+  std::array<int, 4> layers{3, 4, 6, 3};
+  int expansion() const { return bottleneck ? 4 : 1; }
+};
+/// Looks up an architecture by name; throws rn50::Error listing the known names.
+ArchSpec arch_from_name(const std::string& name);
+
+/// What a parameter is: decides weight decay (conv and fc weights only, DLE) and init.
+enum class ParamKind : uint8_t { conv_weight, bn_weight, bn_bias, fc_weight, fc_bias };
+bool is_decayed(ParamKind k);
+
+/// One named tensor in a slab: name is torchvision's state_dict key.
+struct ParamInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  ParamKind kind;
+  int64_t offset = 0;  ///< elements from the start of the slab
+  int64_t numel() const;
+};
+
+/// One running-statistics buffer (running_mean / running_var f32, num_batches_tracked i64).
+struct BufferInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype;
+};
+
+struct ModelOptions {
+  int num_classes = 1000;
+  Layout layout = Layout::NHWC;    ///< activation layout
+  bool zero_init_residual = false; ///< gamma = 0 for each residual branch's last BN (DLE flag)
+  double bn_eps = 1e-5;
+  double bn_momentum = 0.1;
+};
+
+/// ResNet with its own parameter/gradient slabs and activation buffers on `backend`.
+/// Slab order: every decayed parameter (conv/fc weights) first, then BN gamma/beta and fc bias,
+/// so SGD applies weight decay to the prefix [0, decay_count()).
+class ResNet {
+ public:
+  ResNet(Backend& backend, ArchSpec arch, ModelOptions opt);
+  ~ResNet();
+
+  const ArchSpec& arch() const;
+  const ModelOptions& options() const;
+  /// torchvision initialisation: conv kaiming_normal_(fan_out, relu); BN gamma 1 beta 0 (or
+  /// gamma 0 for last BN of each block with zero_init_residual); fc as nn.Linear default
+  /// (kaiming_uniform a=sqrt(5) -> U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias).
+  /// Deterministic given seed. Running mean 0, var 1, num_batches_tracked 0.
+  void init(uint64_t seed);
+
+  const std::vector<ParamInfo>& params() const;
+  const std::vector<BufferInfo>& buffers() const;
+  int64_t num_params() const;   ///< total elements of the parameter slab
+  int64_t decay_count() const;  ///< elements of the decayed prefix
+  Tensor& param_slab();         ///< f32 (num_params) on the backend device
+  Tensor& grad_slab();          ///< f32 (num_params), written by backward()
+  Tensor param(const std::string& name);  ///< view into the slab; throws on unknown name
+  Tensor grad(const std::string& name);
+  Tensor buffer(const std::string& name);
+
+  /// x: (N,3,H,W) f32 in options().layout on the backend. Returns logits (N, num_classes) f32.
+  /// train=true uses batch statistics, updates running stats and keeps what backward needs.
+  const Tensor& forward(const Tensor& x, bool train);
+  /// dlogits (N, num_classes): fills grad_slab() with d loss / d params. Requires a preceding
+  /// forward(train=true) with the same batch.
+  void backward(const Tensor& dlogits);
+
+  /// Host copies of parameters and buffers keyed by torchvision names (f32; num_batches_tracked
+  /// as i64), in torchvision's state_dict order.
+  std::vector<std::pair<std::string, Tensor>> state_dict();
+  /// Loads names present in `sd` (host tensors, f32/i64, shapes must match). strict: every param
+  /// and running buffer must be present (num_batches_tracked optional). Throws naming the key.
+  void load_state_dict(const std::map<std::string, Tensor>& sd, bool strict = true);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rn50

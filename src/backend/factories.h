@@ -1,0 +1,12 @@
+// Factory functions of the backends compiled into this build (used by make_backend()).
+#pragma once
+#include <memory>
+
+#include "rn50/backend.h"
+
+namespace rn50 {
+/// Naive reference backend (src/ops/ref): float64 accumulation, NCHW and NHWC, f32 (and f64).
+std::unique_ptr<Backend> make_ref_backend();
+/// oneDNN CPU backend (src/backend/cpu): primitives cached per shape.
+std::unique_ptr<Backend> make_onednn_backend();
+}  // namespace rn50
