@@ -3,11 +3,11 @@
 
 namespace rn50 {
 
-std::vector<std::string> available_backends() { return {"ref"}; }
+std::vector<std::string> available_backends() { return {"ref", "onednn"}; }
 
 std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (name == "ref") return make_ref_backend();
-  // onednn: added by the oneDNN backend change
+  if (name == "onednn" || name == "cpu") return make_onednn_backend();
   if (name == "cuda")
     RN50_FAIL("backend 'cuda' is not built into this binary (the CUDA backend is not implemented "
               "yet; use --device cpu)");

@@ -1,0 +1,99 @@
+#include "core/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/check.h"
+#include "core/fileio.h"
+
+namespace rn50 {
+
+static DType parse_dtype(const std::string& s, const std::string& path, const std::string& name) {
+  static const std::pair<const char*, DType> table[] = {
+      {"F32", DType::f32}, {"F16", DType::f16}, {"BF16", DType::bf16}, {"F64", DType::f64},
+      {"U8", DType::u8},   {"I32", DType::i32}, {"I64", DType::i64}};
+  for (auto& [n, t] : table)
+    if (s == n) return t;
+  RN50_FAIL("{}: tensor '{}' has unsupported dtype '{}'", path, name, s);
+}
+
+void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::set<std::string> seen;
+  size_t offset = 0;
+  std::vector<Tensor> rowmajor;
+  for (auto& [name, t] : tensors) {
+    RN50_CHECK(seen.insert(name).second, "{}: duplicate tensor name '{}'", path, name);
+    RN50_CHECK(t.is_cpu(), "{}: tensor '{}' is on {}; copy it to the host first", path, name,
+               t.device().str());
+    Tensor r = (t.ndim() == 4 && t.layout() == Layout::NHWC) ? t.to_layout(Layout::NCHW) : t;
+    header[name] = {{"dtype", dtype_name(t.dtype())},
+                    {"shape", t.shape()},
+                    {"data_offsets", {offset, offset + r.nbytes()}}};
+    offset += r.nbytes();
+    rowmajor.push_back(r);
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');  // align the data section to 8 bytes
+  std::string out;
+  out.reserve(8 + h.size() + offset);
+  uint64_t len = h.size();
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
+  out += h;
+  for (auto& r : rowmajor) out.append(static_cast<const char*>(r.data()), r.nbytes());
+  write_file_atomic(path, out);
+}
+
+SafeTensorsFile load_safetensors(const std::string& path) {
+  std::string bytes = read_file(path);
+  RN50_CHECK(bytes.size() >= 8, "{}: not a safetensors file (only {} bytes)", path, bytes.size());
+  uint64_t len = 0;
+  for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
+  RN50_CHECK(len <= bytes.size() - 8, "{}: header length {} exceeds the file size {}", path, len,
+             bytes.size());
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes.substr(8, len));
+  } catch (const std::exception& e) {
+    RN50_FAIL("{}: header is not valid JSON: {}", path, e.what());
+  }
+  RN50_CHECK(header.is_object(), "{}: header is not a JSON object", path);
+  const size_t data_begin = 8 + len;
+  const size_t data_size = bytes.size() - data_begin;
+  SafeTensorsFile f;
+  std::vector<std::pair<size_t, std::string>> by_offset;
+  for (auto& [name, e] : header.items()) {
+    if (name == "__metadata__") {
+      for (auto& [k, v] : e.items())
+        f.metadata[k] = v.is_string() ? v.get<std::string>() : v.dump();
+      continue;
+    }
+    try {
+      DType dt = parse_dtype(e.at("dtype").get<std::string>(), path, name);
+      auto shape = e.at("shape").get<std::vector<int64_t>>();
+      auto off = e.at("data_offsets").get<std::vector<size_t>>();
+      RN50_CHECK(off.size() == 2 && off[0] <= off[1] && off[1] <= data_size,
+                 "{}: tensor '{}' has data_offsets out of range (data section is {} bytes)", path,
+                 name, data_size);
+      Tensor t = Tensor::empty(shape, dt);
+      RN50_CHECK(t.nbytes() == off[1] - off[0],
+                 "{}: tensor '{}' has {} bytes of data but shape/dtype need {}", path, name,
+                 off[1] - off[0], t.nbytes());
+      std::memcpy(t.data(), bytes.data() + data_begin + off[0], t.nbytes());
+      f.tensors[name] = t;
+      by_offset.emplace_back(off[0], name);
+    } catch (const nlohmann::json::exception& ex) {
+      RN50_FAIL("{}: malformed entry for tensor '{}': {}", path, name, ex.what());
+    }
+  }
+  std::sort(by_offset.begin(), by_offset.end());
+  for (auto& [o, n] : by_offset) f.order.push_back(n);
+  return f;
+}
+
+}  // namespace rn50
