@@ -1,6 +1,11 @@
-// rn50: oneDNN backend core: engine/stream, alloc/copy/zero, supports(), shared helpers.
+// rn50: oneDNN backend core: engine/stream, primitive cache and Exec plumbing, scratch buffers,
+// alloc/copy/zero/supports, shared helpers, and make_onednn_backend().
 #include "backend/cpu/onednn_backend.h"
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/factories.h"
@@ -9,19 +14,228 @@
 namespace rn50 {
 namespace onednn {
 
+using dnnl::memory;
+using tag = memory::format_tag;
+
+// ---------------------------------------------------------------- keys
+
+Key& Key::add(int64_t x) {
+  RN50_CHECK(n < kMax, "onednn: cache key overflow ({} entries)", kMax);
+  v[n++] = x;
+  return *this;
+}
+
+Key& Key::add(const Tensor& t) {
+  if (!t.defined()) return add(-1);
+  add(t.ndim());
+  for (int64_t d : t.shape()) add(d);
+  add(static_cast<int64_t>(t.dtype()));
+  return add(static_cast<int64_t>(eff_layout(t)));
+}
+
+bool Key::operator==(const Key& o) const {
+  if (n != o.n) return false;
+  for (int i = 0; i < n; ++i)
+    if (v[i] != o.v[i]) return false;
+  return true;
+}
+
+size_t KeyHash::operator()(const Key& k) const {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the 64-bit words
+  for (int i = 0; i < k.n; ++i) {
+    h ^= static_cast<uint64_t>(k.v[i]);
+    h *= 1099511628211ull;
+  }
+  return static_cast<size_t>(h ^ (h >> 29));
+}
+
+// ---------------------------------------------------------------- Exec
+
+void Exec::set(int arg, const void* p) {
+  for (auto& [a, m] : mems) {
+    if (a == arg) {
+      m.set_data_handle(const_cast<void*>(p));
+      return;
+    }
+  }
+  RN50_FAIL("onednn: primitive argument {} was not declared", arg);
+}
+
+// ---------------------------------------------------------------- helpers
+
+memory::desc f32_md(const memory::dims& dims, tag t) {
+  return memory::desc(dims, memory::data_type::f32, t);
+}
+
+memory::desc plain_md(const Tensor& t) {
+  RN50_CHECK(t.dtype() == DType::f32, "onednn: only f32 tensors are supported, got {}", t.str());
+  memory::dims dims(t.shape().begin(), t.shape().end());
+  switch (t.ndim()) {
+    case 1: return f32_md(dims, tag::a);
+    case 2: return f32_md(dims, tag::ab);
+    case 3: return f32_md(dims, tag::abc);
+    case 4: return f32_md(dims, t.layout() == Layout::NHWC ? tag::nhwc : tag::nchw);
+    default: break;
+  }
+  return f32_md({t.numel()}, tag::a);
+}
+
+void check_tensor(const char* op, const char* what, const Tensor& t, DType dt) {
+  RN50_CHECK(t.defined(), "onednn {}: {} is undefined", op, what);
+  RN50_CHECK(t.is_cpu(), "onednn {}: {} must be a CPU tensor, got {}", op, what, t.str());
+  RN50_CHECK(t.dtype() == dt, "onednn {}: {} must be {}, got {}", op, what, dtype_name(dt),
+             t.str());
+}
+
+void check_shape(const char* op, const char* what, const Tensor& t,
+                 const std::vector<int64_t>& shape) {
+  RN50_CHECK(t.shape() == shape, "onednn {}: {} has shape {}, expected [{}]", op, what, t.str(),
+             fmt::join(shape, ","));
+}
+
+void check_same_shape(const char* op, const Tensor& a, const char* an, const Tensor& b,
+                      const char* bn) {
+  RN50_CHECK(a.same_shape(b), "onednn {}: shape mismatch: {} {} vs {} {}", op, an, a.str(), bn,
+             b.str());
+}
+
+// ---------------------------------------------------------------- backend
+
 OnednnBackend::OnednnBackend() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
-OnednnBackend::~OnednnBackend() = default;
+
+OnednnBackend::~OnednnBackend() {
+  cache_.clear();
+  for (Buf& b : scratch_) std::free(b.p);
+}
+
+void OnednnBackend::clear_cache() {
+  cache_.clear();
+  stats_.entries = 0;
+}
 
 bool OnednnBackend::supports(Op op, DType dtype, Layout layout) const {
   return dtype == DType::f32 && (layout == Layout::NCHW || layout == Layout::NHWC);
+}
+
+dnnl::primitive_attr OnednnBackend::attr() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+Exec OnednnBackend::make_exec(const dnnl::primitive_desc_base& pd, dnnl::primitive prim,
+                              std::initializer_list<std::pair<int, memory::desc>> args) {
+  Exec e;
+  e.prim = std::move(prim);
+  for (const auto& [arg, md] : args) e.mems.emplace_back(arg, memory(md, engine_, DNNL_MEMORY_NONE));
+  memory::desc sp = pd.scratchpad_desc();
+  e.scratch_bytes = sp.get_size();
+  if (e.scratch_bytes > 0)
+    e.mems.emplace_back(DNNL_ARG_SCRATCHPAD, memory(sp, engine_, DNNL_MEMORY_NONE));
+  for (auto& [arg, m] : e.mems) e.c_args.push_back(dnnl_exec_arg_t{arg, m.get()});
+  return e;
+}
+
+void OnednnBackend::run(Exec& e) {
+  if (e.scratch_bytes > 0) e.set(DNNL_ARG_SCRATCHPAD, scratch(kScratchPad, e.scratch_bytes));
+  dnnl_status_t st = dnnl_primitive_execute(e.prim.get(), stream_.get(),
+                                            static_cast<int>(e.c_args.size()), e.c_args.data());
+  RN50_CHECK(st == dnnl_success, "onednn: primitive execution failed (status {})",
+             static_cast<int>(st));
+}
+
+void* OnednnBackend::scratch(ScratchSlot slot, size_t bytes) {
+  Buf& b = scratch_[slot];
+  if (bytes > b.bytes) {
+    std::free(b.p);
+    b.bytes = 0;
+    size_t sz = (bytes + 4095) / 4096 * 4096;
+    b.p = std::aligned_alloc(64, sz);
+    RN50_CHECK(b.p != nullptr, "onednn: out of host memory allocating {} scratch bytes", sz);
+    b.bytes = sz;
+  }
+  return b.p;
+}
+
+namespace {
+struct ReorderEntry : CacheEntry {
+  Exec ex;
+};
+}  // namespace
+
+void OnednnBackend::reorder(const Tensor& src, const Tensor& dst) {
+  Key k = key(Tag::reorder).add(src).add(dst);
+  auto& e = cached<ReorderEntry>(k, [&] {
+    auto r = std::make_unique<ReorderEntry>();
+    memory::desc from = plain_md(src), to = plain_md(dst);
+    dnnl::reorder::primitive_desc pd(engine_, from, engine_, to, attr());
+    r->ex = make_exec(pd, dnnl::reorder(pd), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+    return r;
+  });
+  e.ex.set(DNNL_ARG_FROM, src.data());
+  e.ex.set(DNNL_ARG_TO, dst.data());
+  run(e.ex);
 }
 
 Tensor OnednnBackend::alloc(std::vector<int64_t> shape, DType dtype, Layout layout) {
   return Tensor::empty(std::move(shape), dtype, layout);
 }
 
-void OnednnBackend::copy(const Tensor& src, Tensor& dst) { RN50_FAIL("onednn copy: not implemented"); }
-void OnednnBackend::zero(Tensor& dst) { RN50_FAIL("onednn zero: not implemented"); }
+void OnednnBackend::copy(const Tensor& src, Tensor& dst) {
+  RN50_CHECK(src.defined() && dst.defined(), "onednn copy: undefined tensor ({} -> {})",
+             src.str(), dst.str());
+  RN50_CHECK(src.is_cpu() && dst.is_cpu(), "onednn copy: tensors must be on the CPU ({} -> {})",
+             src.str(), dst.str());
+  check_same_shape("copy", src, "src", dst, "dst");
+  RN50_CHECK(src.dtype() == dst.dtype(),
+             "onednn copy: dtype conversion {} -> {} is not supported (f32 only)", src.str(),
+             dst.str());
+  if (src.data() == dst.data() && eff_layout(src) == eff_layout(dst)) return;
+  if (eff_layout(src) == eff_layout(dst)) {
+    constexpr size_t kChunk = size_t{1} << 20;  // parallel over 1 MiB chunks
+    const size_t bytes = src.nbytes();
+    const auto* s = static_cast<const char*>(src.data());
+    auto* d = static_cast<char*>(dst.data());
+    const int64_t chunks = static_cast<int64_t>((bytes + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+    for (int64_t i = 0; i < chunks; ++i) {
+      const size_t off = static_cast<size_t>(i) * kChunk;
+      std::memcpy(d + off, s + off, std::min(kChunk, bytes - off));
+    }
+    return;
+  }
+  if (src.dtype() == DType::f32) {
+    reorder(src, dst);
+    return;
+  }
+  // Other dtypes: element-wise layout change over the logical index.
+  const int64_t N = src.n(), C = src.c(), H = src.h(), W = src.w();
+  const size_t es = dtype_size(src.dtype());
+  const auto* s = static_cast<const char*>(src.data());
+  auto* d = static_cast<char*>(dst.data());
+#pragma omp parallel for collapse(2)
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t w = 0; w < W; ++w)
+          std::memcpy(d + dst.offset4(n, c, h, w) * es, s + src.offset4(n, c, h, w) * es, es);
+}
+
+void OnednnBackend::zero(Tensor& dst) {
+  RN50_CHECK(dst.defined() && dst.is_cpu(), "onednn zero: need a defined CPU tensor, got {}",
+             dst.str());
+  // Parallel over 1 MiB chunks (large activation gradients are tens of MiB).
+  constexpr size_t kChunk = size_t{1} << 20;
+  const size_t bytes = dst.nbytes();
+  auto* p = static_cast<char*>(dst.data());
+  const int64_t chunks = static_cast<int64_t>((bytes + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t i = 0; i < chunks; ++i) {
+    const size_t off = static_cast<size_t>(i) * kChunk;
+    std::memset(p + off, 0, std::min(kChunk, bytes - off));
+  }
+}
+
 void OnednnBackend::synchronize() { stream_.wait(); }
 
 }  // namespace onednn

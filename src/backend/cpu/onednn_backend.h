@@ -1,44 +1,85 @@
-// rn50: the oneDNN CPU backend ("onednn"). One dnnl::engine (cpu) and one dnnl::stream, owned by
-// the backend; oneDNN primitives are created once per (op, shapes, layouts, parameters) and kept
-// in a cache, together with the reorders and scratch buffers they need, so a steady-state call
-// allocates nothing.
+// rn50: the oneDNN CPU backend ("onednn").
+//
+// One dnnl::engine (cpu) and one in-order dnnl::stream, owned by the backend. oneDNN primitives are
+// created once per (op, shapes, layouts, dtypes, parameters) and kept in a cache together with
+// their argument bindings; a steady-state call only rebinds data pointers and executes (no
+// primitive creation, no buffer allocation on our side). Scratch memory (oneDNN scratchpads in
+// user mode, reordered convolution weights, batch-norm workspaces) lives in a few backend-wide
+// growable buffers shared by all primitives, since ops run one after another.
 //
 // Activations are handed to oneDNN in their actual plain layout (format_tag::nchw / nhwc), so no
-// activation reorders happen; convolution picks its own weight layout (format_tag::any) and the
-// cached reorders convert our OIHW f32 weights into it (and weight gradients back to OIHW).
+// activation reorders happen in the common case; convolutions pick their own weight layout
+// (format_tag::any) and cached reorders convert our OIHW f32 weights into it (and weight
+// gradients back to OIHW).
 //
-// Ops through oneDNN: conv2d (fwd, bwd data, bwd weights), batchnorm (train/infer forward and
-// backward; ReLU applied/masked via eltwise primitives), relu fwd/bwd, add / add_relu (binary
-// primitive with a relu post-op), linear (inner_product fwd/bwd). Plain OpenMP loops: maxpool,
-// global avgpool, softmax cross-entropy, normalize_u8, SGD, and the running-statistics update.
+// Ops through oneDNN: conv2d (fwd, bwd data, bwd weights), batchnorm (train/infer forward with
+// fused ReLU; backward: ReLU mask via eltwise relu backward on y, then batch-norm backward),
+// relu fwd/bwd (eltwise), add / add_relu (binary with a relu post-op), maxpool forward and global
+// average pooling fwd/bwd (pooling), linear (inner product fwd/bwd data/bwd weights), layout
+// changes in copy() (reorder). Plain OpenMP loops: maxpool backward (torch's first-maximum
+// routing), softmax cross-entropy, normalize_u8, SGD, and the running-statistics update.
 //
-// Not thread-safe: one backend instance must be used from one thread at a time (its ops are
-// internally parallel through OpenMP).
+// Not thread-safe: use one backend instance from one thread at a time (its ops are internally
+// parallel through OpenMP).
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
-#include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "core/check.h"
 #include "rn50/backend.h"
 
 namespace rn50::onednn {
 
-/// A cached entry: any op-specific bundle of primitives, descriptors and scratch memory.
+/// Cache key: a short fixed-capacity list of integers (op tag, tensor dims/dtypes/layouts,
+/// parameters). Building and hashing one allocates nothing. Throws rn50::Error when full.
+struct Key {
+  static constexpr int kMax = 48;
+  std::array<int64_t, kMax> v{};
+  int n = 0;
+  /// Appends one integer.
+  Key& add(int64_t x);
+  /// Appends ndim, dims, dtype and layout of `t` (a marker for an undefined tensor).
+  Key& add(const Tensor& t);
+  bool operator==(const Key& o) const;
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const;
+};
+
+/// A cached primitive with its argument bindings. The memory objects are created once (without
+/// a buffer); each call binds the tensors' data pointers with set() and executes.
+struct Exec {
+  dnnl::primitive prim;
+  std::vector<std::pair<int, dnnl::memory>> mems;  ///< DNNL_ARG_* -> memory
+  std::vector<dnnl_exec_arg_t> c_args;             ///< the same, for dnnl_primitive_execute
+  size_t scratch_bytes = 0;                        ///< user-mode scratchpad size (0: none)
+  /// Binds `p` to argument `arg` (which must have been declared when the Exec was built).
+  void set(int arg, const void* p);
+  bool defined() const { return static_cast<bool>(prim); }
+};
+
+/// A cached entry: any op-specific bundle of Execs and sizes.
 struct CacheEntry {
   virtual ~CacheEntry() = default;
 };
 
 /// Counters for tests and diagnostics.
 struct CacheStats {
-  size_t entries = 0;  ///< distinct cached (op, shape, ...) bundles
+  size_t entries = 0;  ///< distinct cached bundles
   size_t hits = 0;     ///< lookups answered from the cache
   size_t misses = 0;   ///< lookups that created a bundle
 };
+
+/// The backend-wide scratch buffers (see Backend::scratch).
+enum ScratchSlot : int { kScratchPad = 0, kScratchWeights = 1, kScratchWork = 2, kScratchSlots };
 
 /// The oneDNN backend. See the file comment; semantics of every op are those of rn50::Backend.
 class OnednnBackend final : public Backend {
@@ -51,9 +92,13 @@ class OnednnBackend final : public Backend {
   /// f32 in NCHW or NHWC for every op; false for any other dtype.
   bool supports(Op op, DType dtype, Layout layout) const override;
 
+  /// Uninitialised 64-byte-aligned host tensor.
   Tensor alloc(std::vector<int64_t> shape, DType dtype, Layout layout = Layout::NCHW) override;
+  /// Host copy, same dtype; 4-D layout changes via a cached oneDNN reorder (f32) or loops (other
+  /// dtypes). Throws rn50::Error on a shape/dtype mismatch or a non-CPU tensor.
   void copy(const Tensor& src, Tensor& dst) override;
   void zero(Tensor& dst) override;
+  /// stream.wait().
   void synchronize() override;
 
   void conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w, Tensor& y) override;
@@ -98,53 +143,90 @@ class OnednnBackend final : public Backend {
   void sgd_update(const SgdParams& p, Tensor& params, const Tensor& grads,
                   Tensor& momentum_buf) override;
 
-  /// Primitive-cache counters (for tests: a repeated same-shape call must be a hit).
+  // ---- introspection (tests) ----
+  /// Primitive-cache counters: a repeated same-shape call must be a hit, never a new entry.
   CacheStats cache_stats() const { return stats_; }
-  /// Drops every cached primitive and buffer (the counters are kept).
-  void clear_cache() { cache_.clear(); stats_.entries = 0; }
+  /// Drops every cached primitive (the counters other than `entries` are kept).
+  void clear_cache();
 
+  // ---- for the op files ----
   dnnl::engine& engine() { return engine_; }
   dnnl::stream& stream() { return stream_; }
 
-  /// Returns the entry cached under `key`, creating it with `make()` (which returns a
-  /// std::unique_ptr<T>) on a miss. T must derive from CacheEntry; keys must be unique per T.
+  /// Returns the entry cached under `key`, creating it with `make()` (returning
+  /// std::unique_ptr<T>) on a miss. T derives from CacheEntry; each op tag maps to one T.
   template <class T, class Make>
-  T& cached(const std::string& key, Make&& make) {
+  T& cached(const Key& key, Make&& make) {
     auto it = cache_.find(key);
     if (it != cache_.end()) {
       ++stats_.hits;
       return static_cast<T&>(*it->second);
     }
     ++stats_.misses;
-    std::unique_ptr<T> e = make();
+    std::unique_ptr<T> e;
+    try {
+      e = make();
+    } catch (const dnnl::error& err) {
+      RN50_FAIL("onednn: creating the primitive for op tag {} failed: {}", key.v[0], err.what());
+    }
     T& ref = *e;
     cache_.emplace(key, std::move(e));
     stats_.entries = cache_.size();
     return ref;
   }
 
+  /// Builds an Exec for `prim` created from `pd`, declaring the arguments `args` (DNNL_ARG_*
+  /// with their memory descriptors). The primitive must use scratchpad_mode::user (see attr()).
+  Exec make_exec(const dnnl::primitive_desc_base& pd, dnnl::primitive prim,
+                 std::initializer_list<std::pair<int, dnnl::memory::desc>> args);
+  /// Executes `e` on the stream (binding the shared scratchpad). Throws rn50::Error on failure.
+  void run(Exec& e);
+  /// Primitive attributes every primitive here uses (user-mode scratchpad).
+  static dnnl::primitive_attr attr();
+  /// A 64-byte-aligned backend-wide buffer of at least `bytes` bytes for `slot`; grows on demand
+  /// (invalidating the slot's previous pointer), never shrinks.
+  void* scratch(ScratchSlot slot, size_t bytes);
+  /// dst = src through a cached oneDNN reorder between their plain descriptors (a 4-D layout
+  /// change). Same logical shape, f32.
+  void reorder(const Tensor& src, const Tensor& dst);
+
  private:
+  struct Buf {
+    void* p = nullptr;
+    size_t bytes = 0;
+  };
   dnnl::engine engine_;
   dnnl::stream stream_;
-  std::unordered_map<std::string, std::unique_ptr<CacheEntry>> cache_;
+  std::unordered_map<Key, std::unique_ptr<CacheEntry>, KeyHash> cache_;
   CacheStats stats_;
+  std::array<Buf, kScratchSlots> scratch_{};
 };
 
-// ---- helpers shared by the op files (onednn_backend.cpp) ----
+// ---- helpers shared by the op files (defined in onednn_backend.cpp) ----
 
-/// "F32[2,3,4,4] NHWC" style key fragment: dims, dtype and layout of `t`.
-std::string key_of(const Tensor& t);
-/// The oneDNN plain memory descriptor of `t` (4-D: nchw/nhwc tag from its layout; 1-D: a; 2-D:
-/// ab). Throws rn50::Error for dtypes oneDNN does not cover here (only f32 is supported).
+/// Op tags for cache keys (one per cached bundle type).
+enum class Tag : int64_t {
+  reorder = 1, conv_fwd, conv_bwd_data, conv_bwd_weights, bn_fwd_train, bn_fwd_infer, bn_bwd,
+  relu_fwd, relu_bwd, binary, maxpool_fwd, avgpool_fwd, avgpool_bwd, linear_fwd,
+  linear_bwd_data, linear_bwd_weights
+};
+/// A key starting with `tag`.
+inline Key key(Tag tag) { Key k; k.add(static_cast<int64_t>(tag)); return k; }
+
+/// The oneDNN f32 memory descriptor of `t` in its plain layout: 4-D -> nchw/nhwc by its layout,
+/// other ranks -> dense row-major.
 dnnl::memory::desc plain_md(const Tensor& t);
-/// Plain f32 memory descriptor for logical dims with the given tag.
+/// Plain f32 memory descriptor for `dims` with `tag`.
 dnnl::memory::desc f32_md(const dnnl::memory::dims& dims, dnnl::memory::format_tag tag);
-/// dnnl::memory over the tensor's data (no copy). `md` must describe the tensor's bytes.
-dnnl::memory mem(const dnnl::memory::desc& md, dnnl::engine& eng, const Tensor& t);
-/// Throws rn50::Error naming `op` unless `t` is a defined f32 CPU tensor.
-void check_f32(const char* op, const char* what, const Tensor& t);
+/// The effective memory order of `t`: its layout when 4-D, NCHW (row-major) otherwise.
+inline Layout eff_layout(const Tensor& t) { return t.ndim() == 4 ? t.layout() : Layout::NCHW; }
+/// Throws rn50::Error naming `op` unless `t` is a defined CPU tensor of dtype `dt`.
+void check_tensor(const char* op, const char* what, const Tensor& t, DType dt = DType::f32);
 /// Throws rn50::Error naming `op` unless `t` has exactly `shape`.
 void check_shape(const char* op, const char* what, const Tensor& t,
                  const std::vector<int64_t>& shape);
+/// Throws rn50::Error naming `op` unless `a` and `b` have the same logical shape.
+void check_same_shape(const char* op, const Tensor& a, const char* an, const Tensor& b,
+                      const char* bn);
 
 }  // namespace rn50::onednn

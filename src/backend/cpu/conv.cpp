@@ -1,0 +1,170 @@
+// rn50: oneDNN convolution: forward, backward data and backward weights (direct algorithm).
+// Activations stay in their plain layout (nchw/nhwc); the weight layout is chosen by oneDNN
+// (format_tag::any) and our OIHW weights / weight gradients are reordered into / out of it by
+// cached reorders through the backend's weight scratch buffer.
+// Padding: padding_l = padding_r = pad; oneDNN's output size (H + 2*pad - R) / stride + 1 uses
+// the same floor division as torch, so the right padding never contributes an extra output.
+#include "backend/cpu/onednn_backend.h"
+#include "core/check.h"
+
+namespace rn50::onednn {
+
+using dnnl::algorithm;
+using dnnl::memory;
+using dnnl::prop_kind;
+using tag = memory::format_tag;
+
+namespace {
+
+/// Shapes of one convolution, validated against x (N,C,H,W), w (K,C,R,S), y (N,K,OH,OW).
+struct Geo {
+  int64_t N, C, H, W, K, R, S, OH, OW;
+};
+
+Geo conv_geo(const char* op, const Conv2dParams& p, const Tensor& x, const Tensor& w,
+             const Tensor& y) {
+  check_tensor(op, "x", x);
+  check_tensor(op, "w", w);
+  check_tensor(op, "y", y);
+  RN50_CHECK(x.ndim() == 4 && w.ndim() == 4 && y.ndim() == 4,
+             "onednn {}: expected 4-D tensors, got x {} w {} y {}", op, x.str(), w.str(),
+             y.str());
+  RN50_CHECK(p.stride >= 1 && p.pad >= 0, "onednn {}: bad stride {} / pad {}", op, p.stride,
+             p.pad);
+  Geo g{x.n(), x.c(), x.h(), x.w(), w.n(), w.h(), w.w(), 0, 0};
+  g.OH = (g.H + 2 * p.pad - g.R) / p.stride + 1;
+  g.OW = (g.W + 2 * p.pad - g.S) / p.stride + 1;
+  RN50_CHECK(w.c() == g.C && w.layout() == Layout::NCHW && g.OH > 0 && g.OW > 0,
+             "onednn {}: x {} does not match w {} (stride {}, pad {})", op, x.str(), w.str(),
+             p.stride, p.pad);
+  check_shape(op, "y", y, {g.N, g.K, g.OH, g.OW});
+  return g;
+}
+
+memory::dims wdims(const Geo& g) { return {g.K, g.C, g.R, g.S}; }
+memory::desc any_w(const Geo& g) { return memory::desc(wdims(g), memory::data_type::f32, tag::any); }
+memory::desc oihw(const Geo& g) { return f32_md(wdims(g), tag::oihw); }
+
+/// Forward primitive descriptor (also the hint of the backward ones).
+dnnl::convolution_forward::primitive_desc fwd_pd(dnnl::engine& eng, const Conv2dParams& p,
+                                                 const Geo& g, const memory::desc& xmd,
+                                                 const memory::desc& ymd) {
+  memory::dims st{p.stride, p.stride}, pad{p.pad, p.pad};
+  dnnl::convolution_forward::desc d(prop_kind::forward_training, algorithm::convolution_direct,
+                                    xmd, any_w(g), ymd, st, pad, pad);
+  return dnnl::convolution_forward::primitive_desc(d, OnednnBackend::attr(), eng);
+}
+
+/// A convolution plus, when its weight layout is not OIHW, the reorder to/from OIHW.
+struct ConvEntry : CacheEntry {
+  Exec conv;
+  Exec wre;              ///< weights reorder (undefined when the conv uses OIHW directly)
+  size_t w_bytes = 0;    ///< bytes of the conv-layout weights
+};
+
+/// Builds the weight reorder between `from` and `to` if they differ.
+void make_wre(OnednnBackend& be, ConvEntry& e, const memory::desc& from,
+              const memory::desc& to) {
+  if (from == to) return;
+  dnnl::reorder::primitive_desc pd(be.engine(), from, be.engine(), to, OnednnBackend::attr());
+  e.wre = be.make_exec(pd, dnnl::reorder(pd), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+}
+
+}  // namespace
+
+void OnednnBackend::conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w,
+                               Tensor& y) {
+  const Geo g = conv_geo("conv2d_fwd", p, x, w, y);
+  Key k = key(Tag::conv_fwd).add(x).add(w).add(y).add(p.stride).add(p.pad);
+  auto& e = cached<ConvEntry>(k, [&] {
+    auto r = std::make_unique<ConvEntry>();
+    memory::desc xmd = plain_md(x), ymd = plain_md(y);
+    auto pd = fwd_pd(engine(), p, g, xmd, ymd);
+    memory::desc cw = pd.weights_desc();
+    r->conv = make_exec(pd, dnnl::convolution_forward(pd),
+                        {{DNNL_ARG_SRC, xmd}, {DNNL_ARG_WEIGHTS, cw}, {DNNL_ARG_DST, ymd}});
+    r->w_bytes = cw.get_size();
+    make_wre(*this, *r, oihw(g), cw);
+    return r;
+  });
+  const void* wp = w.data();
+  if (e.wre.defined()) {
+    void* buf = scratch(kScratchWeights, e.w_bytes);
+    e.wre.set(DNNL_ARG_FROM, w.data());
+    e.wre.set(DNNL_ARG_TO, buf);
+    run(e.wre);
+    wp = buf;
+  }
+  e.conv.set(DNNL_ARG_SRC, x.data());
+  e.conv.set(DNNL_ARG_WEIGHTS, wp);
+  e.conv.set(DNNL_ARG_DST, y.data());
+  run(e.conv);
+}
+
+void OnednnBackend::conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
+                                    Tensor& dx) {
+  const Geo g = conv_geo("conv2d_bwd_data", p, dx, w, dy);
+  Key k = key(Tag::conv_bwd_data).add(dy).add(w).add(dx).add(p.stride).add(p.pad);
+  auto& e = cached<ConvEntry>(k, [&] {
+    auto r = std::make_unique<ConvEntry>();
+    memory::desc dxmd = plain_md(dx), dymd = plain_md(dy);
+    auto hint = fwd_pd(engine(), p, g, dxmd, dymd);
+    memory::dims st{p.stride, p.stride}, pad{p.pad, p.pad};
+    dnnl::convolution_backward_data::desc d(algorithm::convolution_direct, dxmd, any_w(g), dymd,
+                                            st, pad, pad);
+    dnnl::convolution_backward_data::primitive_desc pd(d, attr(), engine(), hint);
+    memory::desc cw = pd.weights_desc();
+    r->conv = make_exec(pd, dnnl::convolution_backward_data(pd),
+                        {{DNNL_ARG_DIFF_DST, dymd}, {DNNL_ARG_WEIGHTS, cw},
+                         {DNNL_ARG_DIFF_SRC, dxmd}});
+    r->w_bytes = cw.get_size();
+    make_wre(*this, *r, oihw(g), cw);
+    return r;
+  });
+  const void* wp = w.data();
+  if (e.wre.defined()) {
+    void* buf = scratch(kScratchWeights, e.w_bytes);
+    e.wre.set(DNNL_ARG_FROM, w.data());
+    e.wre.set(DNNL_ARG_TO, buf);
+    run(e.wre);
+    wp = buf;
+  }
+  e.conv.set(DNNL_ARG_DIFF_DST, dy.data());
+  e.conv.set(DNNL_ARG_WEIGHTS, wp);
+  e.conv.set(DNNL_ARG_DIFF_SRC, dx.data());
+  run(e.conv);
+}
+
+void OnednnBackend::conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
+                                       Tensor& dw) {
+  const Geo g = conv_geo("conv2d_bwd_weights", p, x, dw, dy);
+  Key k = key(Tag::conv_bwd_weights).add(x).add(dy).add(dw).add(p.stride).add(p.pad);
+  auto& e = cached<ConvEntry>(k, [&] {
+    auto r = std::make_unique<ConvEntry>();
+    memory::desc xmd = plain_md(x), dymd = plain_md(dy);
+    auto hint = fwd_pd(engine(), p, g, xmd, dymd);
+    memory::dims st{p.stride, p.stride}, pad{p.pad, p.pad};
+    dnnl::convolution_backward_weights::desc d(algorithm::convolution_direct, xmd, any_w(g),
+                                               dymd, st, pad, pad);
+    dnnl::convolution_backward_weights::primitive_desc pd(d, attr(), engine(), hint);
+    memory::desc cw = pd.diff_weights_desc();
+    r->conv = make_exec(pd, dnnl::convolution_backward_weights(pd),
+                        {{DNNL_ARG_SRC, xmd}, {DNNL_ARG_DIFF_DST, dymd},
+                         {DNNL_ARG_DIFF_WEIGHTS, cw}});
+    r->w_bytes = cw.get_size();
+    make_wre(*this, *r, cw, oihw(g));
+    return r;
+  });
+  void* dwp = e.wre.defined() ? scratch(kScratchWeights, e.w_bytes) : dw.data();
+  e.conv.set(DNNL_ARG_SRC, x.data());
+  e.conv.set(DNNL_ARG_DIFF_DST, dy.data());
+  e.conv.set(DNNL_ARG_DIFF_WEIGHTS, dwp);
+  run(e.conv);
+  if (e.wre.defined()) {
+    e.wre.set(DNNL_ARG_FROM, dwp);
+    e.wre.set(DNNL_ARG_TO, dw.data());
+    run(e.wre);
+  }
+}
+
+}  // namespace rn50::onednn

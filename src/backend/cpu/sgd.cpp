@@ -1,0 +1,43 @@
+// rn50: SGD with momentum over whole parameter slabs, exactly torch.optim.SGD (dampening 0,
+// nesterov false; see SgdParams):
+//   g = grad_scale * grad (+ weight_decay * p for the first decay_count elements)
+//   buf = momentum * buf + g;  p = p - lr * buf.
+// Plain OpenMP loops, vectorisable (the decayed and undecayed ranges are separate loops).
+#include "backend/cpu/onednn_backend.h"
+#include "core/check.h"
+
+namespace rn50::onednn {
+
+void OnednnBackend::sgd_update(const SgdParams& p, Tensor& params, const Tensor& grads,
+                               Tensor& momentum_buf) {
+  const char* op = "sgd_update";
+  check_tensor(op, "params", params);
+  check_tensor(op, "grads", grads);
+  check_tensor(op, "momentum_buf", momentum_buf);
+  const int64_t n = params.numel();
+  RN50_CHECK(params.ndim() == 1 && grads.numel() == n && momentum_buf.numel() == n,
+             "onednn {}: slabs must be 1-D of equal length: params {} grads {} momentum {}", op,
+             params.str(), grads.str(), momentum_buf.str());
+  RN50_CHECK(p.decay_count >= 0 && p.decay_count <= n,
+             "onednn {}: decay_count {} outside [0, {}]", op, p.decay_count, n);
+  float* __restrict w = params.data_as<float>();
+  const float* __restrict g = grads.data_as<const float>();
+  float* __restrict b = momentum_buf.data_as<float>();
+  const float lr = p.lr, mom = p.momentum, wd = p.weight_decay, gs = p.grad_scale;
+  const int64_t nd = p.decay_count;
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < nd; ++i) {
+    const float gi = gs * g[i] + wd * w[i];
+    const float bi = mom * b[i] + gi;
+    b[i] = bi;
+    w[i] -= lr * bi;
+  }
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = nd; i < n; ++i) {
+    const float bi = mom * b[i] + gs * g[i];
+    b[i] = bi;
+    w[i] -= lr * bi;
+  }
+}
+
+}  // namespace rn50::onednn
