@@ -1,0 +1,46 @@
+// rn50 reference backend: input normalisation of decoded u8 images, as torchvision's
+// ToTensor() followed by Normalize(mean, std):  dst = (src / 255 - mean[c]) / std[c].
+// For an F32 destination the arithmetic is done in float32 in torch's order (divide by 255,
+// subtract, divide), so results are bit-identical to torchvision; F64 uses float64.
+#include <cstdint>
+
+#include "ops/ref/ref_backend.h"
+#include "ops/ref/ref_util.h"
+
+namespace rn50::ref {
+
+namespace {
+template <class T>
+void normalize_impl(const Tensor& src, const std::array<float, 3>& mean,
+                    const std::array<float, 3>& std, Tensor& dst) {
+  const uint8_t* s = src.data_as<const uint8_t>();
+  T* d = dst.data_as<T>();
+  const int64_t N = src.n(), H = src.h(), W = src.w();
+#pragma omp parallel for collapse(2) schedule(static) if (parallel_worth(src.numel()))
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t w = 0; w < W; ++w)
+        for (int64_t c = 0; c < 3; ++c) {
+          const T v = static_cast<T>(s[src.offset4(n, c, h, w)]) / static_cast<T>(255);
+          d[dst.offset4(n, c, h, w)] = (v - static_cast<T>(mean[c])) / static_cast<T>(std[c]);
+        }
+}
+}  // namespace
+
+void RefBackend::normalize_u8(const Tensor& src, const std::array<float, 3>& mean,
+                              const std::array<float, 3>& std, Tensor& dst) {
+  const char* op = "normalize_u8";
+  RN50_CHECK(
+      src.defined() && src.is_cpu() && src.dtype() == DType::u8 && src.ndim() == 4 && src.c() == 3,
+      "ref {}: src {} must be a U8 (N,3,H,W) host tensor", op, src.str());
+  check_float4(op, "dst", dst);
+  RN50_CHECK(dst.same_shape(src), "ref {}: dst {} and src {} differ in shape", op, dst.str(),
+             src.str());
+  for (int c = 0; c < 3; ++c) RN50_CHECK(std[c] != 0.f, "ref {}: std[{}] is zero", op, c);
+  if (dst.dtype() == DType::f32)
+    normalize_impl<float>(src, mean, std, dst);
+  else
+    normalize_impl<double>(src, mean, std, dst);
+}
+
+}  // namespace rn50::ref

@@ -1,0 +1,90 @@
+// rn50 reference backend: softmax cross-entropy with label smoothing, exactly
+// torch.nn.CrossEntropyLoss(label_smoothing=eps, reduction="mean") over logits (N,K) and i32
+// labels (N):
+//   p = softmax(logits) (max-subtracted, float64),  q = (1 - eps) * onehot(label) + eps / K
+//   loss = mean_n [ -sum_k q[n,k] * log p[n,k] ]
+//        = mean_n [ (1 - eps) * (lse_n - z[n,label]) + eps / K * sum_k (lse_n - z[n,k]) ]
+//   dlogits = scale * (p - q) / N
+#include <cmath>
+#include <vector>
+
+#include "ops/ref/ref_backend.h"
+#include "ops/ref/ref_util.h"
+
+namespace rn50::ref {
+
+namespace {
+// Validates labels (N) i32 in [0, K) and returns them.
+std::vector<int64_t> load_labels(const char* op, const Tensor& labels, int64_t N, int64_t K) {
+  RN50_CHECK(labels.defined() && labels.is_cpu() && labels.dtype() == DType::i32,
+             "ref {}: labels {} must be an I32 host tensor", op, labels.str());
+  check_shape(op, "labels", labels, {N});
+  std::vector<int64_t> L(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) {
+    L[n] = labels.data_as<const int32_t>()[n];
+    RN50_CHECK(L[n] >= 0 && L[n] < K, "ref {}: label {} of sample {} is outside [0, {})", op, L[n],
+               n, K);
+  }
+  return L;
+}
+}  // namespace
+
+void RefBackend::softmax_xent_fwd(const Tensor& logits, const Tensor& labels, float smoothing,
+                                  Tensor& loss, Tensor& probs) {
+  const char* op = "softmax_xent_fwd";
+  check_float(op, "logits", logits);
+  RN50_CHECK(logits.ndim() == 2 && logits.dim(0) > 0 && logits.dim(1) > 0,
+             "ref {}: logits {} must be (N,K) with N, K > 0", op, logits.str());
+  const int64_t N = logits.dim(0), K = logits.dim(1);
+  check_float(op, "probs", probs);
+  check_shape(op, "probs", probs, {N, K});
+  check_float(op, "loss", loss);
+  check_shape(op, "loss", loss, {1});
+  RN50_CHECK(smoothing >= 0.f && smoothing <= 1.f, "ref {}: label smoothing {} not in [0, 1]", op,
+             smoothing);
+  const std::vector<int64_t> L = load_labels(op, labels, N, K);
+  const std::vector<double> Z = load(logits);
+  std::vector<double> P(Z.size()), per(static_cast<size_t>(N));
+  const double eps = smoothing;
+#pragma omp parallel for schedule(static) if (parallel_worth(Z.size()))
+  for (int64_t n = 0; n < N; ++n) {
+    const double* z = &Z[n * K];
+    double m = z[0];
+    for (int64_t k = 1; k < K; ++k) m = z[k] > m ? z[k] : m;
+    double se = 0, sz = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      se += std::exp(z[k] - m);
+      sz += z[k];
+    }
+    const double lse = m + std::log(se);
+    for (int64_t k = 0; k < K; ++k) P[n * K + k] = std::exp(z[k] - lse);
+    per[n] = (1.0 - eps) * (lse - z[L[n]]) +
+             eps / static_cast<double>(K) * (static_cast<double>(K) * lse - sz);
+  }
+  double total = 0;
+  for (int64_t n = 0; n < N; ++n) total += per[n];
+  store(P, probs);
+  store({total / static_cast<double>(N)}, loss);
+}
+
+void RefBackend::softmax_xent_bwd(const Tensor& probs, const Tensor& labels, float smoothing,
+                                  float scale, Tensor& dlogits) {
+  const char* op = "softmax_xent_bwd";
+  check_float(op, "probs", probs);
+  RN50_CHECK(probs.ndim() == 2, "ref {}: probs {} must be (N,K)", op, probs.str());
+  const int64_t N = probs.dim(0), K = probs.dim(1);
+  check_float(op, "dlogits", dlogits);
+  check_shape(op, "dlogits", dlogits, {N, K});
+  const std::vector<int64_t> L = load_labels(op, labels, N, K);
+  std::vector<double> D = load(probs);
+  const double eps = smoothing, off = eps / static_cast<double>(K);
+  const double f = static_cast<double>(scale) / static_cast<double>(N);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      const double q = (k == L[n] ? 1.0 - eps : 0.0) + off;
+      D[n * K + k] = f * (D[n * K + k] - q);
+    }
+  store(D, dlogits);
+}
+
+}  // namespace rn50::ref

@@ -1,0 +1,55 @@
+// rn50 reference backend: SGD with momentum over a parameter slab, torch.optim.SGD
+// (dampening 0, nesterov false) with weight decay only on the prefix [0, decay_count):
+//   g   = grad * grad_scale            (skipped when grad_scale == 1)
+//   g   = g + weight_decay * p         (i < decay_count)
+//   buf = momentum * buf + g           (buf starts at zero == torch's first-step clone of g)
+//   p   = p - lr * buf
+// Each step is rounded to the slab dtype in torch's order (torch does the same in float32).
+#include <cstdint>
+
+#include "ops/ref/ref_backend.h"
+#include "ops/ref/ref_util.h"
+
+namespace rn50::ref {
+
+namespace {
+template <class T>
+void sgd_impl(const SgdParams& p, Tensor& params, const Tensor& grads, Tensor& buf) {
+  T* w = params.data_as<T>();
+  const T* g = grads.data_as<const T>();
+  T* b = buf.data_as<T>();
+  const int64_t n = params.numel();
+  const T scale = static_cast<T>(p.grad_scale), wd = static_cast<T>(p.weight_decay);
+  const T mom = static_cast<T>(p.momentum), lr = static_cast<T>(p.lr);
+#pragma omp parallel for schedule(static) if (parallel_worth(n))
+  for (int64_t i = 0; i < n; ++i) {
+    T d = g[i];
+    if (p.grad_scale != 1.f) d = d * scale;
+    if (i < p.decay_count) d = d + wd * w[i];
+    b[i] = mom * b[i] + d;
+    w[i] = w[i] - lr * b[i];
+  }
+}
+}  // namespace
+
+void RefBackend::sgd_update(const SgdParams& p, Tensor& params, const Tensor& grads,
+                            Tensor& momentum_buf) {
+  const char* op = "sgd_update";
+  check_float(op, "params", params);
+  check_float(op, "grads", grads);
+  check_float(op, "momentum_buf", momentum_buf);
+  RN50_CHECK(params.ndim() == 1 && params.same_shape(grads) && params.same_shape(momentum_buf),
+             "ref {}: params {}, grads {} and momentum_buf {} must be 1-D of equal length", op,
+             params.str(), grads.str(), momentum_buf.str());
+  RN50_CHECK(params.dtype() == grads.dtype() && params.dtype() == momentum_buf.dtype(),
+             "ref {}: params {}, grads {} and momentum_buf {} must share one dtype", op,
+             params.str(), grads.str(), momentum_buf.str());
+  RN50_CHECK(p.decay_count >= 0 && p.decay_count <= params.numel(),
+             "ref {}: decay_count {} outside [0, {}]", op, p.decay_count, params.numel());
+  if (params.dtype() == DType::f32)
+    sgd_impl<float>(p, params, grads, momentum_buf);
+  else
+    sgd_impl<double>(p, params, grads, momentum_buf);
+}
+
+}  // namespace rn50::ref

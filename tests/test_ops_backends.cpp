@@ -1,0 +1,584 @@
+// THE op test harness: every backend in available_backends() other than "ref" is run op by op,
+// forward and backward, against the reference backend on identical random inputs, for shapes
+// typical of ResNet-50 (1x1 convs, 3x3 stride 1 and 2, the 7x7 stride-2 stem with 3 input
+// channels, odd spatial sizes and channel counts), in both activation layouts and in each
+// compute dtype the backend claims in supports(). A new backend ("onednn", "cuda") is covered
+// by adding it to available_backends(); nothing here names a backend except "ref". The
+// RefSelfCheck instantiation runs the harness with "ref" itself (f32 storage vs the float64
+// reference) so that the harness is exercised even when no other backend is built.
+//
+// Method: inputs are generated on the host in f32, converted to the tested dtype (the values
+// the backend sees), moved to the backend with Backend::alloc + Backend::copy, and results
+// come back with Backend::copy into host tensors (so device backends work unchanged). The
+// reference runs in float64 on exactly the same (rounded) input values. Backend outputs are
+// pre-filled with NaN, so unwritten or accumulated-into outputs fail. Backward ops get the same
+// forward results (y, save_mean, save_var, probs) as inputs on both sides.
+//
+// Tolerances: |got - ref| <= atol * max(1, rms(ref)) + rtol * |ref| (test::all_close). For f32:
+//   conv2d fwd / bwd_data / bwd_weights   atol 5e-5  rtol 1e-4   (dot products of length up
+//                                          to 600; leaves room for blocked/Winograd kernels)
+//   linear fwd / bwd                      atol 5e-5  rtol 1e-4   (C up to 2048)
+//   batchnorm fwd (y, save_*, running_*)  atol 1e-5  rtol 1e-4
+//   batchnorm bwd (dx, dgamma, dbeta)     atol 5e-5  rtol 1e-4   (cancellation in dx)
+//   relu, add, add_relu, maxpool fwd,     atol 0     rtol 1.2e-7 (one f32 rounding at most)
+//     relu bwd
+//   maxpool bwd                           atol 1e-7  rtol 1e-6   (<= 4 summed contributions)
+//   global avgpool fwd / bwd              atol 1e-6  rtol 1e-5
+//   softmax xent: loss                    atol 1e-6  rtol 1e-5
+//                 probs, dlogits          atol 1e-9  rtol 1e-5
+//   normalize_u8                          atol 1e-6  rtol 1e-6
+//   sgd_update (params, momentum)         atol 1e-7  rtol 1e-6
+//   copy / zero                           exact
+// For f16 / bf16 compute (AMP backends) each tolerance is raised to at least 4e-3 (f16) or
+// 3e-2 (bf16) in both atol and rtol: outputs are rounded to 11 / 8 significant bits. Tensor
+// dtypes under f16/bf16: every activation, weight and gradient of conv, linear, the
+// elementwise ops and pooling, and x/y/dy/dx of batchnorm (gamma, beta and statistics stay
+// f32); the loss and SGD are f32-only and are skipped for other dtypes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "op_harness.h"
+#include "rn50/backend.h"
+
+namespace rn50 {
+namespace {
+
+using test::all_close;
+using test::convert;
+using test::Tol;
+
+constexpr DType F32 = DType::f32;
+constexpr DType F64 = DType::f64;
+constexpr Layout NCHW = Layout::NCHW;
+constexpr Layout NHWC = Layout::NHWC;
+
+// ---------------------------------------------------------------- tolerances (see above)
+
+constexpr Tol kConv{5e-5, 1e-4};
+constexpr Tol kLinear{5e-5, 1e-4};
+constexpr Tol kBnFwd{1e-5, 1e-4};
+constexpr Tol kBnBwd{5e-5, 1e-4};
+constexpr Tol kExact1{0, 1.2e-7};
+constexpr Tol kMaxPoolBwd{1e-7, 1e-6};
+constexpr Tol kAvgPool{1e-6, 1e-5};
+constexpr Tol kLoss{1e-6, 1e-5};
+constexpr Tol kProbs{1e-9, 1e-5};
+constexpr Tol kNormalize{1e-6, 1e-6};
+constexpr Tol kSgd{1e-7, 1e-6};
+constexpr Tol kCopy{0, 0};
+
+Tol for_dtype(Tol t, DType dt) {
+  const double floor = dt == DType::f16 ? 4e-3 : dt == DType::bf16 ? 3e-2 : 0.0;
+  return {std::max(t.atol, floor), std::max(t.rtol, floor)};
+}
+
+// ---------------------------------------------------------------- parameters
+
+struct HarnessParam {
+  std::string backend;  // empty: sentinel when only "ref" is built
+  Layout layout = NCHW;
+  DType dtype = F32;
+};
+
+std::vector<HarnessParam> harness_params() {
+  std::vector<HarnessParam> v;
+  for (const std::string& name : available_backends()) {
+    if (name == "ref") continue;
+    for (DType dt : {DType::f32, DType::f16, DType::bf16})
+      for (Layout l : {NCHW, NHWC}) v.push_back({name, l, dt});
+  }
+  if (v.empty()) v.push_back({"", NCHW, F32});
+  return v;
+}
+
+std::string param_name(const ::testing::TestParamInfo<HarnessParam>& info) {
+  if (info.param.backend.empty()) return "only_ref_built";
+  return info.param.backend + "_" + layout_name(info.param.layout) + "_" +
+         dtype_name(info.param.dtype);
+}
+
+class OpsBackend : public ::testing::TestWithParam<HarnessParam> {
+ protected:
+  void SetUp() override {
+    if (GetParam().backend.empty())
+      GTEST_SKIP() << "only the 'ref' backend is built (available_backends() has nothing "
+                      "else), so there is no backend to compare against the reference";
+    be_ = make_backend(GetParam().backend);
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    rng_.seed(std::hash<std::string>{}(info->name()));
+  }
+
+  Backend& be() { return *be_; }
+  Backend& ref() { return test::ref_backend(); }
+  DType dt() const { return GetParam().dtype; }
+  Layout lay() const { return GetParam().layout; }
+  Layout other() const { return lay() == NCHW ? NHWC : NCHW; }
+  Tol tol(Tol t) const { return for_dtype(t, dt()); }
+  std::string cfg() const {
+    return GetParam().backend + " " + layout_name(lay()) + " " + dtype_name(dt());
+  }
+
+  // Random host f32 tensor (logical values; layout NCHW).
+  Tensor rand(std::vector<int64_t> shape, double lo = -1, double hi = 1) {
+    return test::random_tensor(std::move(shape), rng_, lo, hi, F32, NCHW);
+  }
+  // Backend tensor holding `host` converted to dtype `d` and layout `l`.
+  Tensor up(const Tensor& host, DType d, Layout l) { return test::upload(*be_, host, d, l); }
+  // Backend output tensor pre-filled with NaN.
+  Tensor out(std::vector<int64_t> shape, DType d, Layout l = NCHW) {
+    Tensor h = Tensor::empty(shape, F32, NCHW);
+    h.fill(std::numeric_limits<double>::quiet_NaN());
+    return test::upload(*be_, h, d, l);
+  }
+  // Reference operand: f64 host tensor with the values a backend storing `host` in `d` sees.
+  static Tensor rin(const Tensor& host, DType d, Layout l) {
+    return convert(test::rounded(host, d), F64, l);
+  }
+  static Tensor rout(std::vector<int64_t> shape, Layout l = NCHW) {
+    return Tensor::empty(std::move(shape), F64, l);
+  }
+  // Compares a backend tensor with a reference host tensor.
+  void check(const std::string& what, const Tensor& dev, const Tensor& want, Tol t) {
+    EXPECT_TRUE(all_close(what + " [" + cfg() + ", backend tensor " + dev.str() + "]",
+                          test::download(*be_, dev), want, t));
+  }
+  // Host f32 copy (NCHW) of a reference result, as input for the next op.
+  static Tensor host32(const Tensor& t) { return convert(t, F32, NCHW); }
+
+  std::unique_ptr<Backend> be_;
+  std::mt19937_64 rng_;
+};
+
+#define REQUIRE_OP(op)                                                                            \
+  do {                                                                                            \
+    if (!be().supports(op, dt(), lay()))                                                          \
+      GTEST_SKIP() << GetParam().backend << " does not support " #op " with " << dtype_name(dt()) \
+                   << " " << layout_name(lay()) << " (supports() false)";                         \
+  } while (0)
+
+#define REQUIRE_F32(what)                                                \
+  do {                                                                   \
+    if (dt() != F32) GTEST_SKIP() << what << " is f32-only by contract"; \
+  } while (0)
+
+// ---------------------------------------------------------------- convolution
+
+struct ConvShape {
+  const char* name;
+  int64_t N, C, H, W, K, R;
+  int stride, pad;
+  int64_t OH() const { return (H + 2 * pad - R) / stride + 1; }
+  int64_t OW() const { return (W + 2 * pad - R) / stride + 1; }
+};
+
+const ConvShape kConvShapes[] = {
+    {"1x1 s1 (bottleneck reduce)", 2, 64, 14, 14, 32, 1, 1, 0},
+    {"1x1 s1 (bottleneck expand)", 2, 32, 7, 7, 128, 1, 1, 0},
+    {"1x1 s2 (downsample, odd)", 2, 64, 15, 15, 96, 1, 2, 0},
+    {"3x3 s1 p1 (odd)", 2, 32, 13, 13, 32, 3, 1, 1},
+    {"3x3 s2 p1 (v1.5 stride, odd)", 2, 32, 15, 15, 48, 3, 2, 1},
+    {"3x3 s2 p1 (even)", 2, 16, 16, 16, 24, 3, 2, 1},
+    {"3x3 s1 p1 (odd channels)", 1, 17, 9, 11, 19, 3, 1, 1},
+    {"7x7 s2 p3 (stem, C=3)", 2, 3, 33, 33, 64, 7, 2, 3},
+    {"7x7 s2 p3 (stem, even)", 2, 3, 32, 32, 16, 7, 2, 3},
+};
+
+std::string conv_name(const ConvShape& s) {
+  return std::string(s.name) + " N" + std::to_string(s.N) + " C" + std::to_string(s.C) + " " +
+         std::to_string(s.H) + "x" + std::to_string(s.W) + " K" + std::to_string(s.K);
+}
+
+TEST_P(OpsBackend, Conv2dFwd) {
+  REQUIRE_OP(Op::conv2d);
+  for (const ConvShape& s : kConvShapes) {
+    SCOPED_TRACE(conv_name(s));
+    const double ws = 1.0 / std::sqrt(double(s.C * s.R * s.R));
+    Tensor x = rand({s.N, s.C, s.H, s.W}), w = rand({s.K, s.C, s.R, s.R}, -ws, ws);
+    const Conv2dParams p{s.stride, s.pad};
+    Tensor y = out({s.N, s.K, s.OH(), s.OW()}, dt(), lay());
+    be().conv2d_fwd(p, up(x, dt(), lay()), up(w, dt(), NCHW), y);
+    Tensor yr = rout(y.shape());
+    ref().conv2d_fwd(p, rin(x, dt(), lay()), rin(w, dt(), NCHW), yr);
+    check("conv2d_fwd y", y, yr, tol(kConv));
+  }
+}
+
+TEST_P(OpsBackend, Conv2dBwdData) {
+  REQUIRE_OP(Op::conv2d);
+  for (const ConvShape& s : kConvShapes) {
+    SCOPED_TRACE(conv_name(s));
+    const double ws = 1.0 / std::sqrt(double(s.C * s.R * s.R));
+    Tensor dy = rand({s.N, s.K, s.OH(), s.OW()}), w = rand({s.K, s.C, s.R, s.R}, -ws, ws);
+    const Conv2dParams p{s.stride, s.pad};
+    Tensor dx = out({s.N, s.C, s.H, s.W}, dt(), lay());
+    be().conv2d_bwd_data(p, up(dy, dt(), lay()), up(w, dt(), NCHW), dx);
+    Tensor dxr = rout(dx.shape());
+    ref().conv2d_bwd_data(p, rin(dy, dt(), lay()), rin(w, dt(), NCHW), dxr);
+    check("conv2d_bwd_data dx", dx, dxr, tol(kConv));
+  }
+}
+
+TEST_P(OpsBackend, Conv2dBwdWeights) {
+  REQUIRE_OP(Op::conv2d);
+  for (const ConvShape& s : kConvShapes) {
+    SCOPED_TRACE(conv_name(s));
+    Tensor x = rand({s.N, s.C, s.H, s.W}), dy = rand({s.N, s.K, s.OH(), s.OW()});
+    const Conv2dParams p{s.stride, s.pad};
+    Tensor dw = out({s.K, s.C, s.R, s.R}, dt(), NCHW);
+    be().conv2d_bwd_weights(p, up(x, dt(), lay()), up(dy, dt(), lay()), dw);
+    Tensor dwr = rout(dw.shape());
+    ref().conv2d_bwd_weights(p, rin(x, dt(), lay()), rin(dy, dt(), lay()), dwr);
+    check("conv2d_bwd_weights dw", dw, dwr, tol(kConv));
+  }
+}
+
+// ---------------------------------------------------------------- batch normalisation
+
+struct BnShape {
+  int64_t N, C, H, W;
+};
+const BnShape kBnShapes[] = {{2, 64, 7, 7}, {2, 256, 3, 3}, {4, 24, 5, 5}, {1, 16, 9, 11}};
+
+std::string bn_name(const BnShape& s, bool relu) {
+  return "(" + std::to_string(s.N) + "," + std::to_string(s.C) + "," + std::to_string(s.H) + "," +
+         std::to_string(s.W) + ") relu " + (relu ? "on" : "off");
+}
+
+TEST_P(OpsBackend, BatchNormFwdTrain) {
+  REQUIRE_OP(Op::batchnorm);
+  for (const BnShape& s : kBnShapes)
+    for (bool relu : {false, true}) {
+      SCOPED_TRACE(bn_name(s, relu));
+      BatchNormParams p;
+      p.relu = relu;
+      // Mean offset 0.5 so that one-pass variance formulas are exercised.
+      Tensor x = rand({s.N, s.C, s.H, s.W}, -0.5, 1.5), g = rand({s.C}, 0.5, 1.5);
+      Tensor b = rand({s.C}, -0.5, 0.5), rm0 = rand({s.C}, -0.2, 0.2), rv0 = rand({s.C}, 0.5, 2);
+      Tensor rm = up(rm0, F32, NCHW), rv = up(rv0, F32, NCHW);
+      Tensor y = out(x.shape(), dt(), lay()), sm = out({s.C}, F32), sv = out({s.C}, F32);
+      be().batchnorm_fwd_train(p, up(x, dt(), lay()), up(g, F32, NCHW), up(b, F32, NCHW), rm, rv, y,
+                               sm, sv);
+      Tensor rmr = rin(rm0, F32, NCHW), rvr = rin(rv0, F32, NCHW);
+      Tensor yr = rout(x.shape()), smr = rout({s.C}), svr = rout({s.C});
+      ref().batchnorm_fwd_train(p, rin(x, dt(), lay()), rin(g, F32, NCHW), rin(b, F32, NCHW), rmr,
+                                rvr, yr, smr, svr);
+      check("batchnorm_fwd_train y", y, yr, tol(kBnFwd));
+      check("batchnorm_fwd_train save_mean", sm, smr, tol(kBnFwd));
+      check("batchnorm_fwd_train save_var", sv, svr, tol(kBnFwd));
+      check("batchnorm_fwd_train running_mean", rm, rmr, tol(kBnFwd));
+      check("batchnorm_fwd_train running_var", rv, rvr, tol(kBnFwd));
+    }
+}
+
+TEST_P(OpsBackend, BatchNormFwdInfer) {
+  REQUIRE_OP(Op::batchnorm);
+  for (const BnShape& s : kBnShapes)
+    for (bool relu : {false, true}) {
+      SCOPED_TRACE(bn_name(s, relu));
+      BatchNormParams p;
+      p.relu = relu;
+      Tensor x = rand({s.N, s.C, s.H, s.W}), g = rand({s.C}, 0.5, 1.5), b = rand({s.C});
+      Tensor rm = rand({s.C}, -0.3, 0.3), rv = rand({s.C}, 0.3, 2);
+      Tensor y = out(x.shape(), dt(), lay());
+      be().batchnorm_fwd_infer(p, up(x, dt(), lay()), up(g, F32, NCHW), up(b, F32, NCHW),
+                               up(rm, F32, NCHW), up(rv, F32, NCHW), y);
+      Tensor yr = rout(x.shape());
+      ref().batchnorm_fwd_infer(p, rin(x, dt(), lay()), rin(g, F32, NCHW), rin(b, F32, NCHW),
+                                rin(rm, F32, NCHW), rin(rv, F32, NCHW), yr);
+      check("batchnorm_fwd_infer y", y, yr, tol(kBnFwd));
+    }
+}
+
+TEST_P(OpsBackend, BatchNormBwd) {
+  REQUIRE_OP(Op::batchnorm);
+  for (const BnShape& s : kBnShapes)
+    for (bool relu : {false, true}) {
+      SCOPED_TRACE(bn_name(s, relu));
+      BatchNormParams p;
+      p.relu = relu;
+      Tensor x = rand({s.N, s.C, s.H, s.W}, -0.5, 1.5), g = rand({s.C}, 0.5, 1.5);
+      Tensor b = rand({s.C}, -0.5, 0.5), dy = rand(x.shape());
+      // Forward on the reference (on the rounded x); both sides get the same y and stats.
+      Tensor rm = Tensor::zeros({s.C}, F64), rv = Tensor::zeros({s.C}, F64);
+      Tensor y64 = rout(x.shape()), sm64 = rout({s.C}), sv64 = rout({s.C});
+      ref().batchnorm_fwd_train(p, rin(x, dt(), NCHW), rin(g, F32, NCHW), rin(b, F32, NCHW), rm, rv,
+                                y64, sm64, sv64);
+      Tensor y = host32(y64), sm = host32(sm64), sv = host32(sv64);
+      Tensor dx = out(x.shape(), dt(), lay()), dg = out({s.C}, F32), db = out({s.C}, F32);
+      be().batchnorm_bwd(p, up(x, dt(), lay()), up(y, dt(), lay()), up(dy, dt(), lay()),
+                         up(g, F32, NCHW), up(sm, F32, NCHW), up(sv, F32, NCHW), dx, dg, db);
+      Tensor dxr = rout(x.shape()), dgr = rout({s.C}), dbr = rout({s.C});
+      ref().batchnorm_bwd(p, rin(x, dt(), lay()), rin(y, dt(), lay()), rin(dy, dt(), lay()),
+                          rin(g, F32, NCHW), rin(sm, F32, NCHW), rin(sv, F32, NCHW), dxr, dgr, dbr);
+      check("batchnorm_bwd dx", dx, dxr, tol(kBnBwd));
+      check("batchnorm_bwd dgamma", dg, dgr, tol(kBnBwd));
+      check("batchnorm_bwd dbeta", db, dbr, tol(kBnBwd));
+    }
+}
+
+// ---------------------------------------------------------------- elementwise
+
+const std::vector<int64_t> kEltShapes[] = {{2, 64, 7, 7}, {1, 17, 5, 9}, {2, 256, 4, 4}};
+
+TEST_P(OpsBackend, Relu) {
+  REQUIRE_OP(Op::relu);
+  for (const auto& shape : kEltShapes) {
+    Tensor x = rand(shape), dy = rand(shape);
+    Tensor y = out(shape, dt(), lay());
+    be().relu_fwd(up(x, dt(), lay()), y);
+    Tensor yr = rout(shape);
+    ref().relu_fwd(rin(x, dt(), lay()), yr);
+    check("relu_fwd y", y, yr, tol(kExact1));
+    Tensor yh = host32(yr), dx = out(shape, dt(), lay());
+    be().relu_bwd(up(yh, dt(), lay()), up(dy, dt(), lay()), dx);
+    Tensor dxr = rout(shape);
+    ref().relu_bwd(rin(yh, dt(), lay()), rin(dy, dt(), lay()), dxr);
+    check("relu_bwd dx", dx, dxr, tol(kExact1));
+  }
+}
+
+TEST_P(OpsBackend, AddAndAddRelu) {
+  REQUIRE_OP(Op::add);
+  for (const auto& shape : kEltShapes) {
+    Tensor a = rand(shape), b = rand(shape);
+    Tensor y = out(shape, dt(), lay());
+    be().add(up(a, dt(), lay()), up(b, dt(), lay()), y);
+    Tensor yr = rout(shape);
+    ref().add(rin(a, dt(), lay()), rin(b, dt(), lay()), yr);
+    check("add y", y, yr, tol(kExact1));
+    if (!be().supports(Op::add_relu, dt(), lay())) continue;
+    Tensor y2 = out(shape, dt(), lay());
+    be().add_relu_fwd(up(a, dt(), lay()), up(b, dt(), lay()), y2);
+    ref().add_relu_fwd(rin(a, dt(), lay()), rin(b, dt(), lay()), yr);
+    check("add_relu_fwd y", y2, yr, tol(kExact1));
+  }
+}
+
+// Inputs and outputs in different layouts (allowed by the Backend contract).
+TEST_P(OpsBackend, MixedLayouts) {
+  REQUIRE_OP(Op::conv2d);
+  if (!be().supports(Op::conv2d, dt(), other()) || !be().supports(Op::add, dt(), other()))
+    GTEST_SKIP() << "backend supports only " << layout_name(lay());
+  const ConvShape s{"3x3 s2 p1", 2, 16, 11, 11, 24, 3, 2, 1};
+  const double ws = 1.0 / std::sqrt(double(s.C * 9));
+  Tensor x = rand({s.N, s.C, s.H, s.W}), w = rand({s.K, s.C, 3, 3}, -ws, ws);
+  Tensor y = out({s.N, s.K, s.OH(), s.OW()}, dt(), other());
+  be().conv2d_fwd({2, 1}, up(x, dt(), lay()), up(w, dt(), NCHW), y);
+  Tensor yr = rout(y.shape());
+  ref().conv2d_fwd({2, 1}, rin(x, dt(), lay()), rin(w, dt(), NCHW), yr);
+  check("conv2d_fwd x " + std::string(layout_name(lay())) + " -> y other layout", y, yr,
+        tol(kConv));
+  Tensor b = rand(x.shape()), ya = out(x.shape(), dt(), lay());
+  be().add(up(x, dt(), lay()), up(b, dt(), other()), ya);
+  Tensor yar = rout(x.shape());
+  ref().add(rin(x, dt(), lay()), rin(b, dt(), other()), yar);
+  check("add with b in the other layout", ya, yar, tol(kExact1));
+}
+
+// ---------------------------------------------------------------- pooling
+
+struct PoolCase {
+  int64_t N, C, H, W;
+  Pool2dParams p;
+};
+const PoolCase kPoolCases[] = {
+    {2, 64, 17, 17, {3, 2, 1}},  // the ResNet stem pool, odd input
+    {2, 16, 16, 16, {3, 2, 1}},  // even input
+    {1, 8, 9, 7, {2, 2, 0}},
+    {1, 8, 6, 6, {3, 1, 1}},
+};
+
+TEST_P(OpsBackend, MaxPool) {
+  REQUIRE_OP(Op::maxpool2d);
+  for (const PoolCase& pc : kPoolCases) {
+    const Pool2dParams& p = pc.p;
+    SCOPED_TRACE(::testing::Message() << "(" << pc.N << "," << pc.C << "," << pc.H << "," << pc.W
+                                      << ") k" << p.kernel << " s" << p.stride << " p" << p.pad);
+    const int64_t OH = (pc.H + 2 * p.pad - p.kernel) / p.stride + 1;
+    const int64_t OW = (pc.W + 2 * p.pad - p.kernel) / p.stride + 1;
+    // Distinct values (a shuffled ramp, exact in f32): no ties in f32.
+    Tensor x = Tensor::empty({pc.N, pc.C, pc.H, pc.W}, F32);
+    std::vector<float> ramp(static_cast<size_t>(x.numel()));
+    for (size_t i = 0; i < ramp.size(); ++i)
+      ramp[i] = (static_cast<float>(i) - static_cast<float>(ramp.size() / 2)) / 1024.f;
+    std::shuffle(ramp.begin(), ramp.end(), rng_);
+    std::copy(ramp.begin(), ramp.end(), x.data_as<float>());
+    Tensor y = out({pc.N, pc.C, OH, OW}, dt(), lay());
+    be().maxpool2d_fwd(p, up(x, dt(), lay()), y);
+    Tensor yr = rout(y.shape());
+    ref().maxpool2d_fwd(p, rin(x, dt(), lay()), yr);
+    check("maxpool2d_fwd y", y, yr, tol(kExact1));
+    Tensor dy = rand(y.shape()), yh = host32(yr), dx = out(x.shape(), dt(), lay());
+    be().maxpool2d_bwd(p, up(x, dt(), lay()), up(yh, dt(), lay()), up(dy, dt(), lay()), dx);
+    Tensor dxr = rout(x.shape());
+    ref().maxpool2d_bwd(p, rin(x, dt(), lay()), rin(yh, dt(), lay()), rin(dy, dt(), lay()), dxr);
+    check("maxpool2d_bwd dx", dx, dxr, tol(kMaxPoolBwd));
+  }
+}
+
+TEST_P(OpsBackend, GlobalAvgPool) {
+  REQUIRE_OP(Op::global_avgpool);
+  const std::vector<int64_t> shapes[] = {{2, 2048, 2, 2}, {2, 64, 7, 7}, {3, 5, 3, 5}};
+  for (const auto& shape : shapes) {
+    Tensor x = rand(shape), dy = rand({shape[0], shape[1]});
+    Tensor y = out({shape[0], shape[1]}, dt());
+    be().global_avgpool_fwd(up(x, dt(), lay()), y);
+    Tensor yr = rout(y.shape());
+    ref().global_avgpool_fwd(rin(x, dt(), lay()), yr);
+    check("global_avgpool_fwd y", y, yr, tol(kAvgPool));
+    Tensor dx = out(shape, dt(), lay());
+    be().global_avgpool_bwd(up(dy, dt(), NCHW), dx);
+    Tensor dxr = rout(shape);
+    ref().global_avgpool_bwd(rin(dy, dt(), NCHW), dxr);
+    check("global_avgpool_bwd dx", dx, dxr, tol(kAvgPool));
+  }
+}
+
+// ---------------------------------------------------------------- linear
+
+TEST_P(OpsBackend, Linear) {
+  REQUIRE_OP(Op::linear);
+  struct LinShape {
+    int64_t N, C, K;
+  };
+  for (const LinShape& s : {LinShape{3, 2048, 1000}, LinShape{5, 256, 100}, LinShape{1, 7, 3}}) {
+    SCOPED_TRACE(::testing::Message() << "N" << s.N << " C" << s.C << " K" << s.K);
+    const double ws = 1.0 / std::sqrt(double(s.C));
+    Tensor x = rand({s.N, s.C}), w = rand({s.K, s.C}, -ws, ws), b = rand({s.K}, -ws, ws);
+    Tensor dy = rand({s.N, s.K});
+    Tensor y = out({s.N, s.K}, dt());
+    be().linear_fwd(up(x, dt(), NCHW), up(w, dt(), NCHW), up(b, dt(), NCHW), y);
+    Tensor yr = rout(y.shape());
+    ref().linear_fwd(rin(x, dt(), NCHW), rin(w, dt(), NCHW), rin(b, dt(), NCHW), yr);
+    check("linear_fwd y", y, yr, tol(kLinear));
+    Tensor dx = out({s.N, s.C}, dt()), dw = out({s.K, s.C}, dt()), db = out({s.K}, dt());
+    Tensor xd = up(x, dt(), NCHW), wd = up(w, dt(), NCHW), dyd = up(dy, dt(), NCHW);
+    be().linear_bwd(xd, wd, dyd, dx, dw, db);
+    Tensor dxr = rout(dx.shape()), dwr = rout(dw.shape()), dbr = rout(db.shape());
+    ref().linear_bwd(rin(x, dt(), NCHW), rin(w, dt(), NCHW), rin(dy, dt(), NCHW), dxr, dwr, dbr);
+    check("linear_bwd dx", dx, dxr, tol(kLinear));
+    check("linear_bwd dw", dw, dwr, tol(kLinear));
+    check("linear_bwd db", db, dbr, tol(kLinear));
+    // dx undefined: skipped; dw and db still overwritten.
+    Tensor none, dw2 = out({s.K, s.C}, dt()), db2 = out({s.K}, dt());
+    be().linear_bwd(xd, wd, dyd, none, dw2, db2);
+    check("linear_bwd dw (dx skipped)", dw2, dwr, tol(kLinear));
+    check("linear_bwd db (dx skipped)", db2, dbr, tol(kLinear));
+  }
+}
+
+// ---------------------------------------------------------------- loss
+
+TEST_P(OpsBackend, SoftmaxXent) {
+  REQUIRE_F32("softmax cross-entropy");
+  REQUIRE_OP(Op::softmax_xent);
+  struct LossShape {
+    int64_t N, K;
+  };
+  for (const LossShape& s : {LossShape{5, 1000}, LossShape{3, 10}, LossShape{1, 2}})
+    for (float eps : {0.0f, 0.1f}) {
+      SCOPED_TRACE(::testing::Message() << "N" << s.N << " K" << s.K << " smoothing " << eps);
+      Tensor z = rand({s.N, s.K}, -4, 4), lab = Tensor::empty({s.N}, DType::i32);
+      std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(s.K - 1));
+      for (int64_t n = 0; n < s.N; ++n) lab.data_as<int32_t>()[n] = pick(rng_);
+      Tensor labd = up(lab, DType::i32, NCHW);
+      Tensor loss = out({1}, F32), probs = out({s.N, s.K}, F32);
+      be().softmax_xent_fwd(up(z, F32, NCHW), labd, eps, loss, probs);
+      Tensor lossr = rout({1}), probsr = rout({s.N, s.K});
+      ref().softmax_xent_fwd(rin(z, F32, NCHW), lab, eps, lossr, probsr);
+      check("softmax_xent_fwd loss", loss, lossr, kLoss);
+      check("softmax_xent_fwd probs", probs, probsr, kProbs);
+      Tensor ph = host32(probsr);
+      for (float scale : {1.0f, 128.0f}) {
+        Tensor dz = out({s.N, s.K}, F32);
+        be().softmax_xent_bwd(up(ph, F32, NCHW), labd, eps, scale, dz);
+        Tensor dzr = rout({s.N, s.K});
+        ref().softmax_xent_bwd(rin(ph, F32, NCHW), lab, eps, scale, dzr);
+        check("softmax_xent_bwd dlogits (scale " + std::to_string(scale) + ")", dz, dzr, kProbs);
+      }
+    }
+}
+
+// ---------------------------------------------------------------- input, optimiser
+
+TEST_P(OpsBackend, NormalizeU8) {
+  REQUIRE_OP(Op::normalize_u8);
+  const std::array<float, 3> mean{0.485f, 0.456f, 0.406f}, stdv{0.229f, 0.224f, 0.225f};
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{2, 3, 17, 19}, std::vector<int64_t>{1, 3, 64, 64}}) {
+    Tensor src = Tensor::empty(shape, DType::u8, NHWC);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (int64_t i = 0; i < src.numel(); ++i) src.data_as<uint8_t>()[i] = uint8_t(byte(rng_));
+    Tensor srcd = be().alloc(shape, DType::u8, NHWC);
+    be().copy(src, srcd);
+    Tensor dst = out(shape, dt(), lay());
+    be().normalize_u8(srcd, mean, stdv, dst);
+    Tensor dstr = rout(shape, lay());
+    ref().normalize_u8(src, mean, stdv, dstr);
+    check("normalize_u8 dst", dst, dstr, tol(kNormalize));
+  }
+}
+
+TEST_P(OpsBackend, SgdUpdate) {
+  REQUIRE_F32("sgd_update");
+  REQUIRE_OP(Op::sgd);
+  const int64_t n = 10007;
+  SgdParams sp;
+  sp.lr = 0.256f;
+  sp.momentum = 0.875f;
+  sp.weight_decay = 3.0517578125e-05f;
+  sp.decay_count = 6001;
+  sp.grad_scale = 1.0f / 128;
+  Tensor p0 = rand({n}), buf0 = Tensor::zeros({n}, F32);
+  Tensor p = up(p0, F32, NCHW), buf = up(buf0, F32, NCHW);
+  Tensor pr = p0.clone(), bufr = buf0.clone();  // ref runs in f32 like the real slab
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    Tensor g = rand({n}, -128, 128);
+    be().sgd_update(sp, p, up(g, F32, NCHW), buf);
+    ref().sgd_update(sp, pr, g, bufr);
+    check("sgd params", p, pr, kSgd);
+    check("sgd momentum_buf", buf, bufr, kSgd);
+  }
+}
+
+// ---------------------------------------------------------------- memory
+
+TEST_P(OpsBackend, CopyAndZero) {
+  if (dt() != F32 && !be().supports(Op::conv2d, dt(), lay()))
+    GTEST_SKIP() << GetParam().backend << " has no " << dtype_name(dt()) << " tensors";
+  Tensor h = rand({2, 5, 3, 7});
+  Tensor hd = convert(h, dt(), NCHW);
+  Tensor a = be().alloc(h.shape(), dt(), lay());
+  be().copy(hd, a);  // host NCHW -> device in the tested layout
+  check("copy host -> device", a, rin(h, dt(), NCHW), kCopy);
+  Tensor b = be().alloc(h.shape(), dt(), other());
+  be().copy(a, b);  // device -> device, layout change
+  check("copy device -> device (layout change)", b, rin(h, dt(), NCHW), kCopy);
+  Tensor v = be().alloc({37}, dt());
+  Tensor hv = convert(rand({37}), dt());
+  be().copy(hv, v);
+  check("copy 1-D", v, convert(hv, F64), kCopy);
+  be().zero(b);
+  check("zero", b, Tensor::zeros(h.shape(), F64), kCopy);
+  Tensor bad = be().alloc({2, 5, 3, 6}, dt(), lay());
+  EXPECT_ANY_THROW(be().copy(a, bad)) << "copy with a shape mismatch must throw";
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, OpsBackend, ::testing::ValuesIn(harness_params()), param_name);
+
+// Self-check of the harness: the ref backend (storing f32) against itself in float64, so the
+// harness code paths and the f32 tolerances are exercised even when only "ref" is built.
+INSTANTIATE_TEST_SUITE_P(RefSelfCheck, OpsBackend,
+                         ::testing::Values(HarnessParam{"ref", NCHW, F32},
+                                           HarnessParam{"ref", NHWC, F32}),
+                         param_name);
+
+}  // namespace
+}  // namespace rn50
