@@ -1,0 +1,122 @@
+// rn50: ResNet::state_dict / load_state_dict with torchvision's keys, shapes, dtypes and order
+// (torch.nn.Module.state_dict: per module its parameters, then its buffers; BatchNorm2d buffers
+// running_mean, running_var (f32, C) and num_batches_tracked (i64, 0-d)).
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "model/resnet_impl.h"
+
+namespace rn50 {
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+std::string join(const std::vector<std::string>& v, size_t max_items = 20) {
+  std::string r;
+  for (size_t i = 0; i < v.size() && i < max_items; ++i) r += (i ? ", " : "") + v[i];
+  if (v.size() > max_items) r += fmt::format(", ... ({} in all)", v.size());
+  return r;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, Tensor>> ResNet::state_dict() {
+  Impl& m = *impl_;
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.reserve(m.sd_order.size());
+  for (const model_detail::SdEntry& e : m.sd_order) {
+    if (e.is_param) {
+      const ParamInfo& p = m.params[e.index];
+      Tensor host = Tensor::empty(p.shape, DType::f32);
+      m.be.copy(m.param_view(e.index), host);
+      out.emplace_back(p.name, host);
+      continue;
+    }
+    const BufferInfo& b = m.buffers[e.index];
+    const model_detail::BnState& bn = m.bns[m.buffer_bn[e.index]];
+    const int what = m.buffer_what[e.index];
+    if (what == 2) {
+      Tensor host = Tensor::empty({}, DType::i64);
+      *host.data_as<int64_t>() = m.nbt.data_as<int64_t>()[m.buffer_bn[e.index]];
+      out.emplace_back(b.name, host);
+    } else {
+      Tensor host = Tensor::empty(b.shape, DType::f32);
+      m.be.copy(what == 0 ? bn.running_mean : bn.running_var, host);
+      out.emplace_back(b.name, host);
+    }
+  }
+  return out;
+}
+
+void ResNet::load_state_dict(const std::map<std::string, Tensor>& sd, bool strict) {
+  Impl& m = *impl_;
+  // Validate everything before touching the model, so a bad checkpoint leaves it unchanged.
+  std::vector<std::string> unexpected, missing;
+  for (const auto& [key, t] : sd) {
+    RN50_CHECK(t.defined(), "load_state_dict: '{}' is an undefined tensor", key);
+    RN50_CHECK(t.is_cpu(), "load_state_dict: '{}' must be a host tensor, got {}", key, t.str());
+    if (auto it = m.param_index.find(key); it != m.param_index.end()) {
+      const ParamInfo& p = m.params[it->second];
+      RN50_CHECK(t.shape() == p.shape,
+                 "load_state_dict: shape mismatch for '{}': checkpoint has {}, model ({}, {} "
+                 "classes) expects {}",
+                 key, shape_str(t.shape()), m.arch.name, m.opt.num_classes, shape_str(p.shape));
+      RN50_CHECK(t.dtype() == DType::f32, "load_state_dict: '{}' has dtype {}, expected F32", key,
+                 dtype_name(t.dtype()));
+    } else if (auto jt = m.buffer_index.find(key); jt != m.buffer_index.end()) {
+      const BufferInfo& b = m.buffers[jt->second];
+      if (m.buffer_what[jt->second] == 2) {
+        RN50_CHECK(t.numel() == 1 && t.ndim() <= 1,
+                   "load_state_dict: shape mismatch for '{}': checkpoint has {}, expected [] "
+                   "(a scalar)",
+                   key, shape_str(t.shape()));
+        RN50_CHECK(t.dtype() == DType::i64 || t.dtype() == DType::i32,
+                   "load_state_dict: '{}' has dtype {}, expected I64", key, dtype_name(t.dtype()));
+      } else {
+        RN50_CHECK(t.shape() == b.shape,
+                   "load_state_dict: shape mismatch for '{}': checkpoint has {}, model expects {}",
+                   key, shape_str(t.shape()), shape_str(b.shape));
+        RN50_CHECK(t.dtype() == DType::f32, "load_state_dict: '{}' has dtype {}, expected F32",
+                   key, dtype_name(t.dtype()));
+      }
+    } else {
+      unexpected.push_back(key);
+    }
+  }
+  if (strict) {
+    for (const model_detail::SdEntry& e : m.sd_order) {
+      if (!e.is_param && m.buffer_what[e.index] == 2) continue;  // num_batches_tracked optional
+      const std::string& name = e.is_param ? m.params[e.index].name : m.buffers[e.index].name;
+      if (!sd.count(name)) missing.push_back(name);
+    }
+    RN50_CHECK(missing.empty() && unexpected.empty(),
+               "load_state_dict (strict) into {}: missing keys: [{}]; unexpected keys: [{}]",
+               m.arch.name, join(missing), join(unexpected));
+  }
+
+  for (const auto& [key, t] : sd) {
+    if (auto it = m.param_index.find(key); it != m.param_index.end()) {
+      Tensor dst = m.param_view(it->second);
+      m.be.copy(t, dst);  // Backend::copy converts a 4-D NHWC host tensor to the OIHW slab
+    } else if (auto jt = m.buffer_index.find(key); jt != m.buffer_index.end()) {
+      const int bn = m.buffer_bn[jt->second];
+      switch (m.buffer_what[jt->second]) {
+        case 0: m.be.copy(t, m.bns[bn].running_mean); break;
+        case 1: m.be.copy(t, m.bns[bn].running_var); break;
+        default:
+          m.nbt.data_as<int64_t>()[bn] = t.dtype() == DType::i64
+                                             ? *t.data_as<int64_t>()
+                                             : static_cast<int64_t>(*t.data_as<int32_t>());
+      }
+    }
+  }
+  m.have_train_state = false;
+}
+
+}  // namespace rn50
