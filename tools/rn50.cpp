@@ -1,2 +1,155 @@
-// placeholder: the CLI is written by the trainer change
-int main() { return 0; }
+// rn50: the command line.
+//   rn50 train   [flags]            train (and evaluate) ResNet with the DLE RN50 v1.5 recipe
+//   rn50 eval    [flags]            = rn50 train --run-scope eval_only
+//   rn50 predict --from-pretrained-params FILE [flags] IMAGE...
+// Flag names follow NVIDIA DeepLearningExamples (PaddlePaddle RN50 v1.5 train.py); defaults and
+// meanings are documented on TrainConfig / PredictConfig in include/rn50/train.h.
+// Exit codes: 0 ok; 1 a run failed (message on stderr); CLI11's codes (>= 100) for flag
+// syntax errors; 2 for flag values rejected after parsing.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "core/check.h"
+#include "rn50/train.h"
+
+namespace {
+
+using rn50::TrainConfig;
+
+/// Flag values that need our own parsing (enums), kept as strings until after CLI11 is done.
+struct TrainStrings {
+  std::string run_scope = "train_eval";
+  std::string data = "imagefolder";
+  std::string layout = "NHWC";
+};
+
+void add_train_flags(CLI::App* app, TrainConfig& c, TrainStrings& s, bool with_run_scope) {
+  if (with_run_scope)
+    app->add_option("--run-scope", s.run_scope,
+                    "train_eval | train_only | eval_only (default train_eval)");
+  app->add_option("--epochs", c.epochs, "number of epochs (DLE 90)");
+  app->add_option("--batch-size", c.batch_size, "images per step per process (DLE 256)");
+  app->add_option("--lr", c.lr,
+                  "learning rate per 256 images; base lr = lr * global batch / 256 (DLE 0.256)");
+  app->add_option("--warmup-epochs", c.warmup_epochs,
+                  "epochs of linear lr warmup before the cosine decay (DLE 5)");
+  app->add_option("--momentum", c.momentum, "SGD momentum (DLE 0.875)");
+  app->add_option("--weight-decay", c.weight_decay,
+                  "weight decay on conv and fc weights only (DLE 3.0517578125e-05 = 1/32768)");
+  app->add_option("--label-smoothing", c.label_smoothing, "label smoothing epsilon (DLE 0.1)");
+  app->add_option("--image-root", c.image_root,
+                  "ImageFolder root holding train/<class>/* and val/<class>/*");
+  app->add_option("--crop-size", c.crop_size, "train random-resized-crop / val center-crop size, "
+                  "pixels (224)");
+  app->add_option("--resize-short", c.resize_short,
+                  "val: resize the shorter side to this before the center crop, pixels (256)");
+  app->add_option("--num-of-class", c.num_classes,
+                  "classes of the fc layer (default: class folders of the data; 1000 synthetic)");
+  app->add_option("--arch", c.arch, "resnet18 | resnet34 | resnet50 | resnet101 | resnet152 "
+                  "(default resnet50)");
+  app->add_option("--seed", c.seed,
+                  "seed of the weight init and of the data order/augmentation (default 0)");
+  app->add_option("--workers", c.workers, "decode threads; 0 = all cores (default 0)");
+  app->add_option("--prefetch", c.prefetch, "batches queued ahead per worker (default 2)");
+  app->add_option("--eval-interval", c.eval_interval, "evaluate every N epochs (default 1)");
+  app->add_option("--save-interval", c.save_interval,
+                  "checkpoint every N epochs, 0 = never (default 1)");
+  app->add_option("--print-interval", c.print_interval,
+                  "steps between progress lines and report step lines (default 10)");
+  app->add_option("--checkpoint-dir", c.checkpoint_dir,
+                  "checkpoints go to <dir>/<arch>/<epoch>/ (default ./output)");
+  app->add_option("--report-file", c.report_file, "JSON-lines report file (default: none)");
+  app->add_option("--from-checkpoint", c.from_checkpoint,
+                  "resume from <checkpoint-dir>/<arch> (epoch folders) or one epoch folder");
+  app->add_option("--last-epoch-of-checkpoint", c.last_epoch_of_checkpoint,
+                  "epoch folder to resume from: N or auto = the newest complete one (default "
+                  "auto)");
+  app->add_option("--from-pretrained-params", c.from_pretrained_params,
+                  "safetensors file with torchvision state_dict keys to start from");
+  app->add_flag("--benchmark", c.benchmark,
+                "time training steps (report train.ips); no eval, no checkpoints");
+  app->add_option("--benchmark-steps", c.benchmark_steps, "measured benchmark steps (default 50)");
+  app->add_option("--benchmark-warmup-steps", c.benchmark_warmup_steps,
+                  "untimed benchmark steps first (default 10)");
+  app->add_option("--data", s.data, "imagefolder | synthetic (default imagefolder)");
+  app->add_option("--synthetic-samples", c.synthetic_samples,
+                  "samples per epoch of --data synthetic; 0 = automatic (default 0)");
+  app->add_option("--device", c.device, "cpu | cuda[:N] (default cpu)");
+  app->add_option("--data-layout", s.layout, "activation layout NCHW | NHWC (default NHWC)");
+  app->add_flag("--zero-init-residual", c.zero_init_residual,
+                "zero-init the last BN gamma of each residual branch (default off)");
+}
+
+/// Converts the string-valued flags; throws rn50::Error naming the flag.
+void resolve(TrainConfig& c, const TrainStrings& s) {
+  c.run_scope = rn50::parse_run_scope(s.run_scope);
+  c.data = rn50::parse_data_kind(s.data);
+  try {
+    c.data_layout = rn50::parse_layout(s.layout);
+  } catch (const rn50::Error&) {
+    RN50_FAIL("--data-layout '{}': expected NCHW or NHWC", s.layout);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"rn50: ResNet-50 v1.5 training (NVIDIA DeepLearningExamples recipe), evaluation "
+               "and prediction"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("rn50 ") + rn50::kRn50Version);
+
+  TrainConfig train_cfg, eval_cfg;
+  TrainStrings train_s, eval_s;
+  CLI::App* train = app.add_subcommand("train", "train (and evaluate) a ResNet");
+  add_train_flags(train, train_cfg, train_s, /*with_run_scope=*/true);
+  CLI::App* eval = app.add_subcommand("eval", "evaluate on <image-root>/val "
+                                              "(= train --run-scope eval_only)");
+  add_train_flags(eval, eval_cfg, eval_s, /*with_run_scope=*/false);
+
+  rn50::PredictConfig pc;
+  CLI::App* predict = app.add_subcommand("predict", "classify image files (top-k per image)");
+  predict->add_option("--from-pretrained-params", pc.weights,
+                      "safetensors weights with torchvision keys")->required();
+  predict->add_option("--arch", pc.arch, "architecture (default: inferred from the file's keys)");
+  predict->add_option("--num-of-class", pc.num_classes,
+                      "classes (default: from the file's fc.weight)");
+  predict->add_option("--classes", pc.classes_tsv,
+                      "TSV index<TAB>synset<TAB>name with a header line (e.g. "
+                      "imagenet1k_classes.tsv)");
+  predict->add_flag("--json", pc.json, "one JSON object per image");
+  predict->add_option("--resize-short", pc.resize_short,
+                      "resize the shorter side to this, pixels (256)");
+  predict->add_option("--crop-size", pc.crop_size, "center crop, pixels (224)");
+  predict->add_option("--top-k", pc.top_k, "classes printed per image (5)");
+  predict->add_option("--device", pc.device, "cpu | cuda[:N] (default cpu)");
+  predict->add_option("images", pc.images, "image files (JPEG or PNG)")->required();
+
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string cmd = argv[1];
+    if (cmd != "train" && cmd != "eval" && cmd != "predict") {
+      std::cerr << "error: unknown command '" << cmd << "' (expected train, eval or predict; see "
+                << argv[0] << " --help)\n";
+      return 2;
+    }
+  }
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (*train) {
+      resolve(train_cfg, train_s);
+      return rn50::run_train(train_cfg);
+    }
+    if (*eval) {
+      resolve(eval_cfg, eval_s);
+      return rn50::run_eval(eval_cfg);
+    }
+    if (*predict) return rn50::run_predict(pc, std::cout, std::cerr);
+  } catch (const rn50::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+  return 0;
+}

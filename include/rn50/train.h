@@ -1,0 +1,165 @@
+// rn50: the trainer's public API — the resolved training/evaluation configuration (one field per
+// CLI flag, DLE names), and the entry points behind `rn50 train`, `rn50 eval` and `rn50 predict`.
+//
+// Recipe: NVIDIA DeepLearningExamples (DLE) ResNet-50 v1.5 — SGD momentum 0.875, lr 0.256 per 256
+// images with linear warmup then cosine decay updated every step, weight decay 1/32768 on conv
+// and fc weights only, label smoothing 0.1, 90 epochs of batch 256.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "rn50/tensor.h"
+
+namespace rn50 {
+
+/// Version string written into reports and checkpoints.
+inline constexpr const char* kRn50Version = "0.1.0";
+
+/// What a `train` invocation does (DLE PaddlePaddle --run-scope).
+enum class RunScope { train_eval, train_only, eval_only };
+/// "train_eval" / "train_only" / "eval_only".
+const char* run_scope_name(RunScope s);
+/// Parses a run scope name; throws rn50::Error naming --run-scope and the value otherwise.
+RunScope parse_run_scope(const std::string& s);
+
+/// Where batches come from: an ImageFolder tree (<image-root>/train, <image-root>/val) or
+/// random uint8 images (benchmarks, smoke tests).
+enum class DataKind { imagefolder, synthetic };
+const char* data_kind_name(DataKind k);
+/// Parses "imagefolder" / "synthetic"; throws rn50::Error naming --data and the value otherwise.
+DataKind parse_data_kind(const std::string& s);
+
+/// Every knob of `rn50 train` / `rn50 eval`. Field <-> flag: underscores become dashes
+/// (num_classes is --num-of-class). Defaults are DLE's RN50 v1.5 recipe unless noted.
+struct TrainConfig {
+  // ---- what to run ----
+  /// --run-scope: train_eval (train, evaluate every eval_interval epochs), train_only, eval_only
+  /// (one pass over <image-root>/val). Default train_eval (DLE Paddle).
+  RunScope run_scope = RunScope::train_eval;
+  /// --benchmark: time benchmark_warmup_steps + benchmark_steps training steps, report train.ips
+  /// (images / wall seconds of the measured steps); no evaluation, no checkpoints (DLE Paddle).
+  bool benchmark = false;
+  /// --benchmark-steps: measured steps (DLE Paddle default 100; 50 here: CPU runs are slow).
+  int benchmark_steps = 50;
+  /// --benchmark-warmup-steps: untimed steps before measuring (DLE Paddle 100; 10 here).
+  int benchmark_warmup_steps = 10;
+
+  // ---- optimisation (DLE RN50 v1.5) ----
+  /// --epochs: number of epochs (DLE 90).
+  int epochs = 90;
+  /// --batch-size: images per step per process (DLE 256). Global batch = batch_size * world_size.
+  int batch_size = 256;
+  /// --lr: learning rate per 256 images (DLE 0.256); base lr = lr * global_batch / 256.
+  double lr = 0.256;
+  /// --warmup-epochs: epochs of linear warmup, may be fractional (DLE 5).
+  double warmup_epochs = 5;
+  /// --momentum: SGD momentum (DLE 0.875).
+  double momentum = 0.875;
+  /// --weight-decay: L2 on conv and fc weights only (DLE 3.0517578125e-05 = 1/32768).
+  double weight_decay = 3.0517578125e-05;
+  /// --label-smoothing: epsilon of the smoothed target (DLE 0.1).
+  double label_smoothing = 0.1;
+
+  // ---- model ----
+  /// --arch: resnet18/34/50/101/152 (default resnet50).
+  std::string arch = "resnet50";
+  /// --num-of-class: classes of the fc layer; 0 = the number of class folders of
+  /// <image-root>/train (<image-root>/val for eval_only), 1000 for synthetic data.
+  int num_classes = 0;
+  /// --zero-init-residual: gamma = 0 for the last BN of each residual branch (DLE flag; DLE's
+  /// PyTorch default for RN50 is off, as here).
+  bool zero_init_residual = false;
+  /// --data-layout: activation memory layout NCHW or NHWC (default NHWC, "channels last").
+  Layout data_layout = Layout::NHWC;
+  /// --device: "cpu" (oneDNN backend) or "cuda[:N]" (not built yet in this milestone).
+  std::string device = "cpu";
+
+  // ---- data ----
+  /// --data: imagefolder (default) or synthetic.
+  DataKind data = DataKind::imagefolder;
+  /// --image-root: ImageFolder root holding train/ and val/ (required for --data imagefolder).
+  std::string image_root;
+  /// --crop-size: train RandomResizedCrop size and val center-crop size, pixels (DLE 224).
+  int crop_size = 224;
+  /// --resize-short: val shorter-side resize before the center crop, pixels (DLE 256).
+  int resize_short = 256;
+  /// --workers: decode threads; 0 = all cores.
+  int workers = 0;
+  /// --prefetch: batches queued ahead per worker (default 2).
+  int prefetch = 2;
+  /// --synthetic-samples: samples per epoch of --data synthetic (rn50 extension); 0 = automatic:
+  /// batch * (benchmark warmup + steps) for --benchmark, else 1281167 (ImageNet-1k train).
+  /// Synthetic val uses min(50000, that number).
+  int64_t synthetic_samples = 0;
+  /// --seed: seed of the weight init and of the data order/augmentation (a function of
+  /// (seed, epoch)). Default 0 (DLE PyTorch has none; 0 matches shared/peers/torch_reference.py).
+  uint64_t seed = 0;
+
+  // ---- logging, evaluation, checkpoints ----
+  /// --print-interval: steps between progress lines / "step" report lines (DLE Paddle 10).
+  int print_interval = 10;
+  /// --eval-interval: evaluate every N epochs (and after the last epoch). Default 1.
+  int eval_interval = 1;
+  /// --save-interval: checkpoint every N epochs (and after the last epoch); 0 = never. Default 1.
+  int save_interval = 1;
+  /// --checkpoint-dir: checkpoints go to <checkpoint-dir>/<arch>/<epoch>/ (default ./output).
+  std::string checkpoint_dir = "./output";
+  /// --report-file: JSON-lines report (config, step, epoch, eval, benchmark lines); empty = none.
+  std::string report_file;
+  /// --from-checkpoint: resume from a directory of epoch folders (<checkpoint-dir>/<arch>) or
+  /// directly from one epoch folder (holding state.json).
+  std::string from_checkpoint;
+  /// --last-epoch-of-checkpoint: epoch folder to resume from: an integer, or "auto" (default) =
+  /// the largest integer-named sub-folder holding state.json (DLE Paddle flag).
+  std::string last_epoch_of_checkpoint = "auto";
+  /// --from-pretrained-params: safetensors file with torchvision state_dict keys to initialise
+  /// the model from (num_batches_tracked entries ignored).
+  std::string from_pretrained_params;
+
+  /// Processes taking part (no --flag yet: 1 until the distributed change).
+  int world_size = 1;
+};
+
+/// Checks `cfg` and throws rn50::Error naming the flag and the bad value (e.g. "--epochs -1:
+/// must be >= 1").
+void validate(const TrainConfig& cfg);
+
+/// Trains (and/or evaluates) per cfg.run_scope; prints progress to stdout, errors to stderr.
+/// Returns the process exit code (0 ok, 1 on an rn50::Error, whose message is printed).
+int run_train(const TrainConfig& cfg);
+/// run_train with run_scope = eval_only.
+int run_eval(TrainConfig cfg);
+
+/// `rn50 predict`: classify images with weights from a safetensors file.
+struct PredictConfig {
+  /// --from-pretrained-params: safetensors with torchvision keys (required).
+  std::string weights;
+  /// --arch: architecture; empty = inferred from the file's keys (bottleneck / blocks per stage).
+  std::string arch;
+  /// --num-of-class: 0 = fc.weight's first dimension in the file.
+  int num_classes = 0;
+  /// --classes: TSV "index<TAB>synset<TAB>name" with a header line (shared/data/
+  /// imagenet1k_classes.tsv); empty = the class list of a state.json next to the weights, if any.
+  std::string classes_tsv;
+  /// --json: one JSON object per image instead of text.
+  bool json = false;
+  /// --resize-short / --crop-size: eval transform (resize shorter side, center crop), pixels.
+  int resize_short = 256;
+  int crop_size = 224;
+  /// --top-k: how many classes per image (default 5).
+  int top_k = 5;
+  /// --device: as TrainConfig::device.
+  std::string device = "cpu";
+  /// Image files (positional).
+  std::vector<std::string> images;
+};
+
+/// Runs predict, writing results to `out` and errors to `err`. An unreadable image is reported
+/// on `err` by name and the others are still classified; returns 1 if any image failed or on an
+/// rn50::Error, else 0.
+int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err);
+
+}  // namespace rn50

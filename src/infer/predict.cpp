@@ -1,0 +1,182 @@
+// rn50 predict: classify image files with weights from a safetensors file (torchvision keys).
+// Per image: decode (PIL-exact, data/decode.h) -> Resize(resize_short) + CenterCrop(crop)
+// (torchvision eval transform, data/transforms.h) -> normalize_u8 (ImageNet mean/std) on the
+// backend -> forward(train=false) -> softmax in fp32 on the host -> top-k (ties: lower index).
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <sstream>
+
+#include "core/check.h"
+#include "core/fileio.h"
+#include "core/safetensors.h"
+#include "data/decode.h"
+#include "data/transforms.h"
+#include "rn50/backend.h"
+#include "rn50/data.h"
+#include "rn50/model.h"
+#include "rn50/train.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/input.h"
+#include "train/metrics.h"
+
+namespace rn50 {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ClassName {
+  std::string synset, name;
+};
+
+/// Reads "index<TAB>synset<TAB>name" lines; a first line whose index is not a number is a header.
+std::map<int64_t, ClassName> read_classes_tsv(const std::string& path) {
+  std::ifstream f(path);
+  RN50_CHECK(f.good(), "--classes '{}': cannot open", path);
+  std::map<int64_t, ClassName> out;
+  std::string line;
+  int lineno = 0;
+  while (std::getline(f, line)) {
+    ++lineno;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    std::vector<std::string> cols;
+    std::stringstream ss(line);
+    std::string col;
+    while (std::getline(ss, col, '\t')) cols.push_back(col);
+    const bool numeric = !cols.empty() && !cols[0].empty() &&
+                         cols[0].find_first_not_of("0123456789") == std::string::npos;
+    if (!numeric) {
+      RN50_CHECK(lineno == 1, "--classes '{}' line {}: expected index<TAB>synset<TAB>name", path,
+                 lineno);
+      continue;  // header
+    }
+    RN50_CHECK(cols.size() >= 2, "--classes '{}' line {}: expected index<TAB>synset<TAB>name",
+               path, lineno);
+    out[std::stoll(cols[0])] = {cols[1], cols.size() >= 3 ? cols[2] : cols[1]};
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err) {
+  int failed = 0;
+  try {
+    RN50_CHECK(!cfg.weights.empty(), "--from-pretrained-params is required");
+    RN50_CHECK(!cfg.images.empty(), "no image files given");
+    RN50_CHECK(cfg.crop_size >= 1, "--crop-size {}: must be >= 1", cfg.crop_size);
+    RN50_CHECK(cfg.resize_short >= 1, "--resize-short {}: must be >= 1", cfg.resize_short);
+    RN50_CHECK(cfg.top_k >= 1, "--top-k {}: must be >= 1", cfg.top_k);
+    RN50_CHECK(cfg.num_classes >= 0, "--num-of-class {}: must be >= 0", cfg.num_classes);
+    const std::string backend_name = backend_for_device(cfg.device);
+
+    SafeTensorsFile file = load_safetensors(cfg.weights);
+    const std::string arch = cfg.arch.empty() ? infer_arch(file.tensors, cfg.weights) : cfg.arch;
+    int num_classes = cfg.num_classes;
+    if (num_classes == 0) {
+      auto it = file.tensors.find("fc.weight");
+      RN50_CHECK(it != file.tensors.end() && it->second.ndim() == 2,
+                 "--from-pretrained-params '{}': no 2-D 'fc.weight' to take the class count from "
+                 "(pass --num-of-class)",
+                 cfg.weights);
+      num_classes = static_cast<int>(it->second.dim(0));
+    }
+    const int top = std::min(cfg.top_k, num_classes);
+
+    std::map<int64_t, ClassName> names;
+    if (!cfg.classes_tsv.empty()) {
+      names = read_classes_tsv(cfg.classes_tsv);
+    } else {
+      // Weights inside an rn50 checkpoint folder: take the class list from its state.json.
+      const fs::path state = fs::path(cfg.weights).parent_path() / "state.json";
+      if (fs::exists(state)) {
+        try {
+          auto j = nlohmann::json::parse(read_file(state.string()));
+          auto cls = j.value("classes", std::vector<std::string>{});
+          for (size_t i = 0; i < cls.size(); ++i) names[static_cast<int64_t>(i)] = ClassName{cls[i], ""};
+        } catch (const std::exception&) {
+          // not an rn50 state file: indices only
+        }
+      }
+    }
+
+    auto backend = make_backend(backend_name);
+    ModelOptions mo;
+    mo.num_classes = num_classes;
+    mo.layout = Layout::NHWC;
+    ResNet model(*backend, arch_from_name(arch), mo);
+    model.init(0);
+    load_pretrained_params(file, cfg.weights, model);
+
+    InputStage input(*backend, mo.layout);
+    Batch b;
+    b.images = Tensor::empty({1, 3, cfg.crop_size, cfg.crop_size}, DType::u8, Layout::NHWC);
+    b.labels = Tensor::zeros({1}, DType::i32);
+    b.size = 1;
+    Tensor host_logits = Tensor::empty({1, num_classes}, DType::f32);
+    std::vector<float> probs(static_cast<size_t>(num_classes));
+
+    for (const std::string& path : cfg.images) {
+      try {
+        Image img = data::decode_image_file(path);
+        data::eval_transform(img, cfg.resize_short, cfg.crop_size, b.images.data_as<uint8_t>());
+      } catch (const std::exception& e) {
+        ++failed;
+        err << "error: cannot read image '" << path << "': " << e.what() << "\n";
+        err.flush();
+        continue;
+      }
+      input.load(b);
+      const Tensor& logits = model.forward(input.x(), /*train=*/false);
+      backend->copy(logits, host_logits);
+      backend->synchronize();
+      softmax_row(host_logits.data_as<float>(), num_classes, probs.data());
+      std::vector<int64_t> idx = topk_indices(probs.data(), num_classes, top);
+      auto label = [&](int64_t i) -> std::pair<std::string, std::string> {
+        auto it = names.find(i);
+        if (it == names.end()) return {"", ""};
+        return {it->second.synset, it->second.name};
+      };
+      if (cfg.json) {
+        nlohmann::ordered_json j;
+        j["file"] = path;
+        nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+        for (int64_t i : idx) {
+          auto [synset, name] = label(i);
+          nlohmann::ordered_json e;
+          e["index"] = i;
+          e["name"] = !name.empty() ? name : !synset.empty() ? synset : std::to_string(i);
+          if (!synset.empty()) e["synset"] = synset;
+          e["prob"] = static_cast<double>(probs[static_cast<size_t>(i)]);
+          arr.push_back(e);
+        }
+        j[fmt::format("top{}", cfg.top_k == 5 ? 5 : top)] = arr;
+        out << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+      } else {
+        out << path << "\n";
+        int r = 0;
+        for (int64_t i : idx) {
+          auto [synset, name] = label(i);
+          std::string label_text = synset;
+          if (!name.empty()) label_text += (label_text.empty() ? "" : "  ") + name;
+          out << fmt::format("  {}. {:.6f}  {:4d}  {}\n", ++r, probs[static_cast<size_t>(i)], i,
+                             label_text);
+        }
+      }
+      out.flush();
+    }
+  } catch (const std::exception& e) {
+    out.flush();
+    err << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace rn50

@@ -1,0 +1,87 @@
+// rn50: checkpoints and pretrained weights.
+//
+// A checkpoint is a folder <checkpoint-dir>/<arch>/<epoch>/ (epoch 0-based, the epoch just
+// finished) holding
+//   model.safetensors      model.state_dict(): torchvision keys, F32 + I64 num_batches_tracked
+//   optimizer.safetensors  SGD momentum buffer of each parameter, keyed by the parameter's name
+//   state.json             epoch, global step, lr of the next step, steps per epoch, seed, class
+//                          list, the resolved config, rn50 version
+// Each file is written atomically (temp file + rename) and state.json last, after removing any
+// stale one first: a folder holding state.json is complete.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "rn50/backend.h"
+#include "rn50/model.h"
+#include "rn50/tensor.h"
+
+namespace rn50 {
+
+/// The resumable training state (state.json).
+struct CheckpointState {
+  int epoch = -1;               ///< 0-based index of the epoch just finished
+  int64_t global_step = 0;      ///< optimiser steps done so far
+  double next_lr = 0;           ///< lr of step `global_step` (informational)
+  int64_t steps_per_epoch = 0;
+  uint64_t seed = 0;
+  std::string arch;
+  std::vector<std::string> classes;
+  nlohmann::ordered_json config;  ///< the resolved TrainConfig as JSON
+  std::string version;
+
+  nlohmann::ordered_json to_json() const;
+  /// Throws rn50::Error naming `what` (the file) when a field is missing or has the wrong type.
+  static CheckpointState from_json(const nlohmann::json& j, const std::string& what);
+};
+
+/// Names of the files inside an epoch folder.
+inline constexpr const char* kModelFile = "model.safetensors";
+inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
+inline constexpr const char* kStateFile = "state.json";
+
+/// Writes a checkpoint into `dir` (created if missing). momentum_buf: the SGD momentum slab
+/// (f32, model.num_params()) on `backend`. Throws rn50::Error on I/O errors.
+void save_checkpoint(const std::string& dir, ResNet& model, Backend& backend,
+                     const Tensor& momentum_buf, const CheckpointState& state);
+
+/// Resolves --from-checkpoint `from` and --last-epoch-of-checkpoint `last_epoch` ("auto" or an
+/// integer) to an epoch folder: `from` itself when it holds state.json, else from/<N>, with
+/// "auto" = the largest integer-named sub-folder holding state.json. Throws naming the flag.
+std::string resolve_checkpoint_dir(const std::string& from, const std::string& last_epoch);
+
+/// Reads state.json of an epoch folder.
+CheckpointState read_checkpoint_state(const std::string& dir);
+
+/// Loads a checkpoint folder into `model` (params, running stats, num_batches_tracked) and
+/// `momentum_buf` (f32 slab on `backend`); returns its state. Throws naming the file and key on a
+/// missing key or shape mismatch.
+CheckpointState load_checkpoint(const std::string& dir, ResNet& model, Backend& backend,
+                                Tensor& momentum_buf);
+
+/// Loads torchvision-keyed weights (e.g. resnet50().state_dict() saved as safetensors) into
+/// `model`: every parameter and running_mean/var must be present with the model's shape
+/// (num_batches_tracked entries are ignored; F64/F16/BF16 are converted to F32; unexpected keys
+/// are listed on stderr and ignored). A shape mismatch throws naming the key, both shapes and,
+/// for fc.*, the --num-of-class value that matches the file.
+void load_pretrained_params(const std::string& path, ResNet& model);
+/// The same with the file already read (`path` names it in messages).
+void load_pretrained_params(const SafeTensorsFile& file, const std::string& path, ResNet& model);
+
+/// Host f32 copy of a host tensor of dtype f32/f64/f16/bf16 (names `what` in errors).
+Tensor to_f32(const Tensor& t, const std::string& what);
+
+/// Architecture name whose layout matches the keys of a torchvision state dict (bottleneck iff
+/// layer1.0.conv3.weight exists; blocks per stage counted from layerS.I.conv1.weight). Throws
+/// naming `what` when no known architecture matches.
+std::string infer_arch(const std::map<std::string, Tensor>& sd, const std::string& what);
+
+/// Host copy of a backend tensor.
+Tensor to_host(Backend& backend, const Tensor& t);
+
+}  // namespace rn50

@@ -1,0 +1,28 @@
+// rn50: one evaluation pass over a (val) DataSource with forward(train=false).
+#pragma once
+
+#include <cstdint>
+
+#include "rn50/backend.h"
+#include "rn50/data.h"
+#include "rn50/model.h"
+
+namespace rn50 {
+
+struct EvalResult {
+  double loss = 0;     ///< mean label-smoothed cross-entropy over the samples (DLE's val loss)
+  double top1 = 0;     ///< percent
+  double top5 = 0;     ///< percent
+  double ips = 0;      ///< images / wall seconds of the whole pass (data included)
+  int64_t images = 0;  ///< samples evaluated (each batch counted by Batch::size)
+  double seconds = 0;
+  int64_t bad_samples = 0;
+};
+
+/// Evaluates `model` on every batch of `source` (epoch `epoch` of the source; val sources do
+/// not shuffle). Logits are read back to the host per batch; loss and top-k use only the first
+/// Batch::size rows. print_interval > 0 prints a progress line every that many batches.
+EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double label_smoothing,
+                    int print_interval, int epoch = 0);
+
+}  // namespace rn50

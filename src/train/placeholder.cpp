@@ -1,1 +1,0 @@
-// placeholder so the component has a source; remove when the component has real files

@@ -1,0 +1,527 @@
+// rn50: the training loop (`rn50 train`, `rn50 eval`). See include/rn50/train.h for the flags.
+//
+// One step: batch (host u8 NHWC) -> device copy -> normalize_u8 -> forward(train) ->
+// softmax_xent_fwd/bwd (label smoothing) -> backward -> one sgd_update over the whole parameter
+// slab with this step's lr (LrSchedule, per step). The loss of each step is copied into a device
+// buffer and read back only every --print-interval steps, so the loop has no per-step host sync
+// (train top-1/top-5 read the logits back every step on host backends only, where that is free).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "core/check.h"
+#include "rn50/backend.h"
+#include "rn50/data.h"
+#include "rn50/model.h"
+#include "rn50/train.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/evaluator.h"
+#include "train/input.h"
+#include "train/lr_schedule.h"
+#include "train/metrics.h"
+#include "train/report.h"
+
+namespace rn50 {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = ThroughputMeter::Clock;
+using json = nlohmann::ordered_json;
+
+constexpr int64_t kImageNetTrainImages = 1281167;
+constexpr int64_t kImageNetValImages = 50000;
+
+std::string fmt_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const auto t = static_cast<long long>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t / 60) % 60);
+  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+template <class... A>
+void out(fmt::format_string<A...> f, A&&... a) {
+  std::fputs(fmt::format(f, std::forward<A>(a)...).c_str(), stdout);
+  std::fflush(stdout);
+}
+
+class Trainer {
+ public:
+  explicit Trainer(const TrainConfig& cfg) : cfg_(cfg), report_(cfg.report_file) {}
+  void run();
+
+ private:
+  void setup_data();
+  void setup_model();
+  void load_weights();
+  void write_config_line();
+  void run_eval_only();
+  void run_training();
+  void run_benchmark();
+  /// One optimiser step on `b` with learning rate `lr`; the loss lands in loss_hist_[slot].
+  void train_step(const Batch& b, double lr, int64_t slot, MetricSums* topk_sums);
+  /// Reads the first `n` losses of loss_hist_ back to the host.
+  std::vector<float> read_losses(int64_t n);
+  CheckpointState make_state(int epoch) const;
+
+  TrainConfig cfg_;
+  ReportWriter report_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<ResNet> model_;
+  std::unique_ptr<DataSource> train_, val_;
+  std::vector<std::string> classes_;
+  int num_classes_ = 0;
+  int64_t steps_per_epoch_ = 0;
+  LrSchedule sched_;
+  Tensor momentum_, loss_, probs_, dlogits_, loss_hist_, host_logits_;
+  std::unique_ptr<InputStage> input_;
+  bool host_metrics_ = true;
+  int start_epoch_ = 0;
+  int64_t global_step_ = 0;
+  int resumed_epoch_ = -1;
+  std::string resumed_from_;
+};
+
+void Trainer::setup_data() {
+  const bool need_train = cfg_.run_scope != RunScope::eval_only;
+  const bool need_val =
+      cfg_.run_scope == RunScope::eval_only || (cfg_.run_scope == RunScope::train_eval &&
+                                                !cfg_.benchmark);
+  LoaderOptions lo;
+  lo.batch_size = cfg_.batch_size;
+  lo.crop_size = cfg_.crop_size;
+  lo.resize_short = cfg_.resize_short;
+  lo.workers = cfg_.workers;
+  lo.prefetch = cfg_.prefetch;
+  lo.seed = cfg_.seed;
+  lo.drop_last = true;
+  if (cfg_.data == DataKind::synthetic) {
+    num_classes_ = cfg_.num_classes > 0 ? cfg_.num_classes : 1000;
+    int64_t n = cfg_.synthetic_samples;
+    if (n == 0)
+      n = cfg_.benchmark ? static_cast<int64_t>(cfg_.batch_size) *
+                               (cfg_.benchmark_steps + cfg_.benchmark_warmup_steps)
+                         : kImageNetTrainImages;
+    if (need_train) train_ = make_synthetic_source(n, num_classes_, lo);
+    if (need_val) {
+      LoaderOptions vo = lo;
+      vo.drop_last = false;
+      vo.seed = cfg_.seed + 1;
+      val_ = make_synthetic_source(std::min(n, kImageNetValImages), num_classes_, vo);
+    }
+  } else {
+    const fs::path root(cfg_.image_root);
+    RN50_CHECK(fs::is_directory(root), "--image-root '{}': no such directory", cfg_.image_root);
+    if (need_train) {
+      const fs::path tr = root / "train";
+      RN50_CHECK(fs::is_directory(tr), "--image-root '{}': no train/ folder ('{}' is missing)",
+                 cfg_.image_root, tr.string());
+      train_ = make_image_folder_source(tr.string(), Split::train, lo);
+    }
+    if (need_val) {
+      const fs::path va = root / "val";
+      RN50_CHECK(fs::is_directory(va), "--image-root '{}': no val/ folder ('{}' is missing)",
+                 cfg_.image_root, va.string());
+      LoaderOptions vo = lo;
+      vo.drop_last = false;
+      val_ = make_image_folder_source(va.string(), Split::val, vo);
+    }
+    DataSource& ref = train_ ? *train_ : *val_;
+    const int folders = ref.num_classes();
+    num_classes_ = cfg_.num_classes > 0 ? cfg_.num_classes : folders;
+    RN50_CHECK(num_classes_ >= folders,
+               "--num-of-class {}: '{}' has {} class folders (labels would be out of range)",
+               cfg_.num_classes, cfg_.image_root, folders);
+    if (train_ && val_)
+      RN50_CHECK(train_->classes() == val_->classes(),
+                 "--image-root '{}': train/ has {} class folders, val/ {}, and their names "
+                 "differ: labels would not match",
+                 cfg_.image_root, train_->num_classes(), val_->num_classes());
+  }
+  classes_ = train_ ? train_->classes() : val_->classes();
+  if (train_) {
+    steps_per_epoch_ = train_->batches_per_epoch();
+    RN50_CHECK(steps_per_epoch_ > 0,
+               "--batch-size {}: larger than the {} training samples (the last partial batch is "
+               "dropped, so an epoch would have no steps)",
+               cfg_.batch_size, train_->num_samples());
+  }
+  sched_ = LrSchedule::make(cfg_.lr, static_cast<int64_t>(cfg_.batch_size) * cfg_.world_size,
+                            cfg_.warmup_epochs, cfg_.epochs, std::max<int64_t>(1, steps_per_epoch_));
+}
+
+void Trainer::setup_model() {
+  backend_ = make_backend(backend_for_device(cfg_.device));
+  host_metrics_ = backend_->device().type == DeviceType::CPU;
+  ModelOptions mo;
+  mo.num_classes = num_classes_;
+  mo.layout = cfg_.data_layout;
+  mo.zero_init_residual = cfg_.zero_init_residual;
+  model_ = std::make_unique<ResNet>(*backend_, arch_from_name(cfg_.arch), mo);
+  model_->init(cfg_.seed);
+  momentum_ = backend_->alloc({model_->num_params()}, DType::f32);
+  backend_->zero(momentum_);
+  loss_ = backend_->alloc({1}, DType::f32);
+  loss_hist_ = backend_->alloc({cfg_.print_interval}, DType::f32);
+  input_ = std::make_unique<InputStage>(*backend_, cfg_.data_layout);
+}
+
+void Trainer::load_weights() {
+  if (!cfg_.from_pretrained_params.empty()) {
+    load_pretrained_params(cfg_.from_pretrained_params, *model_);
+    out("loaded pretrained parameters from {}\n", cfg_.from_pretrained_params);
+  }
+  if (!cfg_.from_checkpoint.empty()) {
+    resumed_from_ = resolve_checkpoint_dir(cfg_.from_checkpoint, cfg_.last_epoch_of_checkpoint);
+    CheckpointState st = read_checkpoint_state(resumed_from_);
+    RN50_CHECK(st.arch.empty() || st.arch == cfg_.arch,
+               "--from-checkpoint '{}' holds a {} model but --arch is {}", resumed_from_, st.arch,
+               cfg_.arch);
+    st = load_checkpoint(resumed_from_, *model_, *backend_, momentum_);
+    resumed_epoch_ = st.epoch;
+    start_epoch_ = st.epoch + 1;
+    global_step_ = st.global_step;
+    if (train_ && st.steps_per_epoch != steps_per_epoch_)
+      std::cerr << fmt::format(
+          "warning: checkpoint '{}' was written with {} steps per epoch, this run has {}: the lr "
+          "schedule continues from global step {}\n",
+          resumed_from_, st.steps_per_epoch, steps_per_epoch_, st.global_step);
+    if (!st.classes.empty() && st.classes != classes_)
+      std::cerr << fmt::format("warning: checkpoint '{}' was trained on different classes ({} "
+                               "classes) than this data ({} classes)\n",
+                               resumed_from_, st.classes.size(), classes_.size());
+    if (train_)
+      out("resumed from {} (epoch {} done, global step {}, next lr {:.6g})\n", resumed_from_,
+          st.epoch, st.global_step, sched_.at(global_step_));
+    else
+      out("loaded {} (epoch {})\n", resumed_from_, st.epoch);
+  }
+}
+
+void Trainer::write_config_line() {
+  json j;
+  j["type"] = "config";
+  json c = config_to_json(cfg_);
+  for (auto& [k, v] : c.items()) j[k] = v;
+  j["num_of_class"] = num_classes_;  // resolved
+  j["classes"] = classes_.size();
+  j["global_batch_size"] = static_cast<int64_t>(cfg_.batch_size) * cfg_.world_size;
+  j["base_lr"] = sched_.base_lr;
+  j["steps_per_epoch"] = steps_per_epoch_;
+  j["backend"] = backend_->name();
+  j["train.samples"] = train_ ? train_->num_samples() : 0;
+  j["val.samples"] = val_ ? val_->num_samples() : 0;
+  j["params"] = model_->num_params();
+  if (!resumed_from_.empty()) {
+    j["resumed_from"] = resumed_from_;
+    j["start_epoch"] = start_epoch_;
+    j["start_step"] = global_step_;
+  }
+  report_.write(j);
+}
+
+void Trainer::run() {
+  setup_data();
+  setup_model();
+  out("rn50 {} {}: {} on {} ({} backend, {}), {} classes, batch {}{}\n", kRn50Version,
+      cfg_.benchmark ? "benchmark" : run_scope_name(cfg_.run_scope), cfg_.arch, cfg_.device,
+      backend_->name(), layout_name(cfg_.data_layout), num_classes_, cfg_.batch_size,
+      train_ ? fmt::format(", {} train images, {} steps/epoch, base lr {:.6g}",
+                           train_->num_samples(), steps_per_epoch_, sched_.base_lr)
+             : std::string());
+  if (train_ && cfg_.warmup_epochs >= cfg_.epochs && cfg_.warmup_epochs > 0)
+    std::cerr << fmt::format("warning: --warmup-epochs {} >= --epochs {}: the lr stays in the "
+                             "linear warmup for the whole run\n",
+                             cfg_.warmup_epochs, cfg_.epochs);
+  load_weights();
+  write_config_line();
+  if (cfg_.run_scope == RunScope::eval_only) return run_eval_only();
+  if (cfg_.benchmark) return run_benchmark();
+  run_training();
+}
+
+void Trainer::run_eval_only() {
+  if (cfg_.from_checkpoint.empty() && cfg_.from_pretrained_params.empty())
+    std::cerr << "warning: evaluating randomly initialised weights (pass --from-checkpoint or "
+                 "--from-pretrained-params)\n";
+  EvalResult r = evaluate(*model_, *backend_, *val_, cfg_.label_smoothing, cfg_.print_interval);
+  out("eval: loss {:.4f} top1 {:.2f}% top5 {:.2f}% ({} images, {:.1f} img/s, {} bad)\n", r.loss,
+      r.top1, r.top5, r.images, r.ips, r.bad_samples);
+  json j;
+  j["type"] = "eval";
+  j["epoch"] = resumed_epoch_ >= 0 ? json(resumed_epoch_) : json(nullptr);
+  j["val.loss"] = json_number(r.loss);
+  j["val.top1"] = json_number(r.top1);
+  j["val.top5"] = json_number(r.top5);
+  j["val.ips"] = json_number(r.ips);
+  j["val.images"] = r.images;
+  j["val.bad_samples"] = r.bad_samples;
+  report_.write(j);
+}
+
+void Trainer::train_step(const Batch& b, double lr, int64_t slot, MetricSums* topk_sums) {
+  Backend& be = *backend_;
+  input_->load(b);
+  const Tensor& logits = model_->forward(input_->x(), /*train=*/true);
+  if (!probs_.defined() || probs_.shape() != logits.shape()) {
+    probs_ = be.alloc(logits.shape(), DType::f32);
+    dlogits_ = be.alloc(logits.shape(), DType::f32);
+  }
+  const auto eps = static_cast<float>(cfg_.label_smoothing);
+  be.softmax_xent_fwd(logits, input_->labels(), eps, loss_, probs_);
+  be.softmax_xent_bwd(probs_, input_->labels(), eps, 1.f, dlogits_);
+  if (topk_sums) {
+    // Logits are still intact (backward writes gradients, not the forward output).
+    if (!host_logits_.defined() || host_logits_.shape() != logits.shape())
+      host_logits_ = Tensor::empty(logits.shape(), DType::f32);
+    be.copy(logits, host_logits_);
+  }
+  model_->backward(dlogits_);
+  SgdParams p;
+  p.lr = static_cast<float>(lr);
+  p.momentum = static_cast<float>(cfg_.momentum);
+  p.weight_decay = static_cast<float>(cfg_.weight_decay);
+  p.decay_count = model_->decay_count();
+  p.grad_scale = 1.f;
+  be.sgd_update(p, model_->param_slab(), model_->grad_slab(), momentum_);
+  Tensor dst = loss_hist_.slice0(slot, slot + 1);
+  be.copy(loss_, dst);
+  if (topk_sums) {
+    be.synchronize();
+    topk_sums->add_topk(topk_correct(host_logits_.data_as<float>(), b.size, num_classes_,
+                                     b.labels.data_as<int32_t>()),
+                        b.size);
+  }
+}
+
+std::vector<float> Trainer::read_losses(int64_t n) {
+  Tensor h = Tensor::empty({n}, DType::f32);
+  backend_->copy(loss_hist_.slice0(0, n), h);
+  backend_->synchronize();
+  return std::vector<float>(h.data_as<float>(), h.data_as<float>() + n);
+}
+
+CheckpointState Trainer::make_state(int epoch) const {
+  CheckpointState st;
+  st.epoch = epoch;
+  st.global_step = global_step_;
+  st.next_lr = sched_.at(global_step_);
+  st.steps_per_epoch = steps_per_epoch_;
+  st.seed = cfg_.seed;
+  st.arch = cfg_.arch;
+  st.classes = classes_;
+  st.config = config_to_json(cfg_);
+  st.config["num_of_class"] = num_classes_;
+  st.version = kRn50Version;
+  return st;
+}
+
+void Trainer::run_training() {
+  if (start_epoch_ >= cfg_.epochs) {
+    out("nothing to do: the checkpoint already finished epoch {} of --epochs {}\n",
+        start_epoch_ - 1, cfg_.epochs);
+    return;
+  }
+  const int64_t total_steps = static_cast<int64_t>(cfg_.epochs) * steps_per_epoch_;
+  bool first_epoch = true;
+  Batch b;
+  for (int epoch = start_epoch_; epoch < cfg_.epochs; ++epoch) {
+    // The first step of the run creates primitives and fills the prefetch queue: not timed.
+    ThroughputMeter meter(first_epoch && steps_per_epoch_ > 1 ? 1 : 0);
+    first_epoch = false;
+    MetricSums sums;
+    std::vector<int64_t> sizes;  // batch size of each step of the pending interval
+    std::vector<double> lrs;
+    double last_lr = 0;
+    int64_t step_in_epoch = 0;
+    const auto t_epoch = Clock::now();
+    train_->start_epoch(epoch);
+    meter.start();
+    auto flush = [&](bool print) {
+      if (sizes.empty()) return;
+      std::vector<float> losses = read_losses(static_cast<int64_t>(sizes.size()));
+      double interval_sum = 0;
+      int64_t interval_n = 0;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        RN50_CHECK(std::isfinite(losses[i]),
+                   "training diverged: loss is {} at global step {} (epoch {}, lr {:.6g})",
+                   losses[i], global_step_ - static_cast<int64_t>(sizes.size() - i), epoch, lrs[i]);
+        sums.add_loss(losses[i], sizes[i]);
+        interval_sum += static_cast<double>(losses[i]) * static_cast<double>(sizes[i]);
+        interval_n += sizes[i];
+      }
+      const float last = losses.back();
+      if (print) {
+        const double el = seconds_between(t_epoch, Clock::now());
+        const double per_step = el / static_cast<double>(step_in_epoch);
+        const double eta = per_step * static_cast<double>(total_steps - global_step_);
+        const double ips = meter.measured_steps() ? meter.ips()
+                                                  : static_cast<double>(interval_n) / el;
+        out("epoch {} ({}/{}) step {}/{} loss {:.4f} lr {:.6g} img/s {:.1f} eta {}\n", epoch,
+            epoch + 1, cfg_.epochs, step_in_epoch, steps_per_epoch_, last, lrs.back(), ips,
+            fmt_duration(eta));
+        json j;
+        j["type"] = "step";
+        j["epoch"] = epoch;
+        j["step"] = global_step_;
+        j["train.loss"] = json_number(last);
+        j["train.loss_avg"] = json_number(interval_sum / static_cast<double>(interval_n));
+        j["train.lr"] = lrs.back();
+        j["train.ips"] = json_number(ips);
+        report_.write(j);
+      }
+      sizes.clear();
+      lrs.clear();
+    };
+    while (true) {
+      const auto tw = Clock::now();
+      if (!train_->next(b)) break;
+      const auto td = Clock::now();
+      const double lr = sched_.at(global_step_);
+      train_step(b, lr, static_cast<int64_t>(sizes.size()), host_metrics_ ? &sums : nullptr);
+      ++global_step_;
+      ++step_in_epoch;
+      sizes.push_back(b.size);
+      lrs.push_back(lr);
+      last_lr = lr;
+      const bool boundary = static_cast<int64_t>(sizes.size()) == cfg_.print_interval ||
+                            step_in_epoch == steps_per_epoch_;
+      if (boundary) backend_->synchronize();
+      meter.step(b.size, seconds_between(tw, td), seconds_between(td, Clock::now()));
+      if (boundary) flush(true);
+    }
+    flush(true);
+    RN50_CHECK(step_in_epoch > 0, "epoch {}: the training source yielded no batch", epoch);
+    const int64_t bad = train_->bad_samples();
+
+    const bool last_epoch = epoch == cfg_.epochs - 1;
+    if (cfg_.save_interval > 0 && ((epoch + 1) % cfg_.save_interval == 0 || last_epoch)) {
+      const std::string dir =
+          (fs::path(cfg_.checkpoint_dir) / cfg_.arch / std::to_string(epoch)).string();
+      save_checkpoint(dir, *model_, *backend_, momentum_, make_state(epoch));
+      out("saved checkpoint {}\n", dir);
+    }
+    const bool do_eval = cfg_.run_scope == RunScope::train_eval &&
+                         ((epoch + 1) % cfg_.eval_interval == 0 || last_epoch);
+    EvalResult ev;
+    if (do_eval)
+      ev = evaluate(*model_, *backend_, *val_, cfg_.label_smoothing, 0, 0);
+
+    const double ips = meter.measured_steps()
+                           ? meter.ips()
+                           : static_cast<double>(sums.loss_samples) /
+                                 seconds_between(t_epoch, Clock::now());
+    std::string line = fmt::format(
+        "epoch {} ({}/{}) done: train loss {:.4f} top1 {:.2f}% top5 {:.2f}% {:.1f} img/s data "
+        "{:.3f} s/step compute {:.3f} s/step bad samples {}",
+        epoch, epoch + 1, cfg_.epochs, sums.loss(), sums.top1_pct(), sums.top5_pct(), ips,
+        meter.mean_data_time(), meter.mean_compute_time(), bad);
+    if (do_eval)
+      line += fmt::format(" | val loss {:.4f} top1 {:.2f}% top5 {:.2f}% ({} images, {:.1f} img/s)",
+                          ev.loss, ev.top1, ev.top5, ev.images, ev.ips);
+    out("{}\n", line);
+    json j;
+    j["type"] = "epoch";
+    j["epoch"] = epoch;
+    j["step"] = global_step_;
+    j["train.loss"] = json_number(sums.loss());
+    j["train.top1"] = json_number(sums.top1_pct());
+    j["train.top5"] = json_number(sums.top5_pct());
+    j["train.lr"] = last_lr;
+    j["train.ips"] = json_number(ips);
+    j["train.data_time"] = meter.mean_data_time();
+    j["train.compute_time"] = meter.mean_compute_time();
+    j["train.bad_samples"] = bad;
+    if (do_eval) {
+      j["val.loss"] = json_number(ev.loss);
+      j["val.top1"] = json_number(ev.top1);
+      j["val.top5"] = json_number(ev.top5);
+      j["val.ips"] = json_number(ev.ips);
+      j["val.images"] = ev.images;
+      j["val.bad_samples"] = ev.bad_samples;
+    }
+    report_.write(j);
+  }
+}
+
+void Trainer::run_benchmark() {
+  const int64_t warm = cfg_.benchmark_warmup_steps, steps = cfg_.benchmark_steps;
+  ThroughputMeter meter(warm);
+  MetricSums sums;
+  int epoch = start_epoch_;
+  train_->start_epoch(epoch);
+  meter.start();
+  Batch b;
+  float last_loss = 0;
+  for (int64_t i = 0; i < warm + steps; ++i) {
+    const auto tw = Clock::now();
+    if (!train_->next(b)) {
+      train_->start_epoch(++epoch);
+      RN50_CHECK(train_->next(b), "--benchmark: the training source yielded no batch");
+    }
+    const auto td = Clock::now();
+    const double lr = sched_.at(global_step_);
+    train_step(b, lr, 0, nullptr);
+    ++global_step_;
+    const bool boundary = (i + 1) % cfg_.print_interval == 0 || i + 1 == warm + steps ||
+                          i + 1 == warm;
+    if (boundary) backend_->synchronize();
+    meter.step(b.size, seconds_between(tw, td), seconds_between(td, Clock::now()));
+    if (boundary) {
+      last_loss = read_losses(1)[0];
+      out("benchmark step {}/{}{} loss {:.4f} lr {:.6g}{}\n", i + 1, warm + steps,
+          i < warm ? " (warmup)" : "", last_loss, lr,
+          meter.measured_steps() ? fmt::format(" img/s {:.1f}", meter.ips()) : std::string());
+    }
+  }
+  out("benchmark: train.ips {:.2f} img/s over {} steps of batch {} ({:.2f} s), data {:.4f} "
+      "s/step compute {:.4f} s/step\n",
+      meter.ips(), meter.measured_steps(), cfg_.batch_size, meter.measured_seconds(),
+      meter.mean_data_time(), meter.mean_compute_time());
+  json j;
+  j["type"] = "benchmark";
+  j["train.ips"] = json_number(meter.ips());
+  j["train.data_time"] = meter.mean_data_time();
+  j["train.compute_time"] = meter.mean_compute_time();
+  j["train.loss"] = json_number(last_loss);
+  j["steps"] = meter.measured_steps();
+  j["warmup_steps"] = warm;
+  j["batch_size"] = cfg_.batch_size;
+  j["images"] = meter.measured_images();
+  j["seconds"] = meter.measured_seconds();
+  j["arch"] = cfg_.arch;
+  j["crop_size"] = cfg_.crop_size;
+  j["data_layout"] = layout_name(cfg_.data_layout);
+  j["backend"] = backend_->name();
+  report_.write(j);
+}
+
+}  // namespace
+
+int run_train(const TrainConfig& cfg) {
+  try {
+    validate(cfg);
+    Trainer t(cfg);
+    t.run();
+    return 0;
+  } catch (const Error& e) {
+    std::fflush(stdout);
+    std::cerr << "error: " << e.what() << "\n";
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::cerr << "error: " << e.what() << "\n";
+  }
+  return 1;
+}
+
+int run_eval(TrainConfig cfg) {
+  cfg.run_scope = RunScope::eval_only;
+  return run_train(cfg);
+}
+
+}  // namespace rn50

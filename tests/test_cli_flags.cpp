@@ -1,0 +1,129 @@
+// The rn50 CLI: bad flags fail with a message naming the flag and value; a synthetic benchmark
+// runs and writes its report lines.
+#include <gtest/gtest.h>
+
+#include "core/safetensors.h"
+#include "rn50/backend.h"
+#include "rn50/model.h"
+#include "test_train_util.h"
+
+using namespace rn50_test;
+
+namespace {
+
+const std::string kCli = RN50_CLI;
+
+struct BadCase {
+  std::string args;
+  std::string expect;  // substring of the output
+};
+
+}  // namespace
+
+TEST(CliFlags, BadValuesAreRejectedWithTheirFlag) {
+  TempDir tmp("cli_flags");
+  const std::string syn = " --data synthetic --arch resnet18 --crop-size 32 --batch-size 2";
+  const std::vector<BadCase> cases = {
+      {"train --epochs -1" + syn, "--epochs -1"},
+      {"train --epochs 0" + syn, "--epochs 0"},
+      {"train --data synthetic --batch-size 0", "--batch-size 0"},
+      {"train --data synthetic --arch resnet51", "--arch 'resnet51'"},
+      {"train --data synthetic --lr -0.1", "--lr -0.1"},
+      {"train --data synthetic --momentum 1.5", "--momentum 1.5"},
+      {"train --data synthetic --label-smoothing 1", "--label-smoothing 1"},
+      {"train --data synthetic --warmup-epochs -1", "--warmup-epochs -1"},
+      {"train --data synthetic --print-interval 0", "--print-interval 0"},
+      {"train --data synthetic --crop-size 0", "--crop-size 0"},
+      {"train --data synthetic --workers -2", "--workers -2"},
+      {"train --data synthetic --data-layout NCWH", "--data-layout 'NCWH'"},
+      {"train --data synthetic --run-scope everything", "--run-scope 'everything'"},
+      {"train --data lmdb", "--data 'lmdb'"},
+      {"train --data synthetic --device cuda", "CUDA backend is not built yet"},
+      {"train --data synthetic --device cuda:1", "CUDA backend is not built yet"},
+      {"train --data synthetic --device tpu", "--device 'tpu'"},
+      {"train --data synthetic --last-epoch-of-checkpoint latest", "'latest'"},
+      {"train --data synthetic --benchmark --run-scope eval_only", "--benchmark"},
+      {"train", "--image-root is required"},
+      {"train --image-root " + tmp.str() + "/nope", "no such directory"},
+      {"train --image-root " + tmp.str(), "no train/ folder"},
+      {"train --epochs abc", "--epochs"},
+      {"train --no-such-flag 3", "--no-such-flag"},
+      {"eval --data synthetic --from-checkpoint " + tmp.str() + "/nothing", "--from-checkpoint"},
+      {"predict", "--from-pretrained-params"},
+      {"predict --from-pretrained-params " + tmp.str() + "/missing.safetensors x.jpg",
+       "missing.safetensors"},
+      {"frobnicate", "frobnicate"},
+  };
+  for (const BadCase& c : cases) {
+    std::string out;
+    const int rc = run_command(kCli + " " + c.args, &out);
+    EXPECT_NE(rc, 0) << c.args << "\n" << out;
+    EXPECT_NE(out.find(c.expect), std::string::npos)
+        << "rn50 " << c.args << "\nexpected '" << c.expect << "' in:\n" << out;
+  }
+}
+
+TEST(CliFlags, HelpAndVersion) {
+  std::string out;
+  EXPECT_EQ(run_command(kCli + " --version", &out), 0);
+  EXPECT_NE(out.find("rn50 "), std::string::npos);
+  EXPECT_EQ(run_command(kCli + " train --help", &out), 0);
+  for (const char* flag : {"--run-scope", "--epochs", "--batch-size", "--lr", "--warmup-epochs",
+                           "--momentum", "--weight-decay", "--label-smoothing", "--image-root",
+                           "--crop-size", "--resize-short", "--num-of-class", "--arch", "--seed",
+                           "--workers", "--prefetch", "--eval-interval", "--save-interval",
+                           "--print-interval", "--checkpoint-dir", "--report-file",
+                           "--from-checkpoint", "--last-epoch-of-checkpoint",
+                           "--from-pretrained-params", "--benchmark", "--benchmark-steps",
+                           "--benchmark-warmup-steps", "--data", "--device", "--data-layout",
+                           "--zero-init-residual"})
+    EXPECT_NE(out.find(flag), std::string::npos) << flag;
+}
+
+TEST(CliFlags, SyntheticBenchmarkWritesReport) {
+  TempDir tmp("cli_bench");
+  const std::string report = (tmp.path / "bench.jsonl").string();
+  std::string out;
+  const int rc = run_command(
+      "cd " + sh_quote(tmp.str()) + " && " + kCli +
+          " train --data synthetic --benchmark --benchmark-steps 2 --benchmark-warmup-steps 1 "
+          "--batch-size 2 --crop-size 64 --arch resnet18 --report-file " + sh_quote(report),
+      &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("train.ips"), std::string::npos) << out;
+  auto lines = read_jsonl(report);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["type"], "config");
+  EXPECT_EQ(lines[0]["benchmark"], true);
+  EXPECT_EQ(lines[0]["num_of_class"], 1000);
+  EXPECT_EQ(lines[0]["world_size"], 1);
+  EXPECT_TRUE(lines[0].contains("version"));
+  EXPECT_EQ(lines[1]["type"], "benchmark");
+  EXPECT_GT(lines[1]["train.ips"].get<double>(), 0.0);
+  EXPECT_EQ(lines[1]["steps"], 2);
+  EXPECT_EQ(lines[1]["images"], 4);
+  // Benchmarks write no checkpoints (DLE semantics).
+  EXPECT_FALSE(fs::exists(tmp.path / "output"));
+}
+
+TEST(CliFlags, PretrainedClassCountMismatchNamesTheFlag) {
+  // A 10-class file loaded into a 7-class model: the error names fc.weight and --num-of-class 10.
+  TempDir tmp("cli_mismatch");
+  const std::string w = (tmp.path / "w.safetensors").string();
+  {
+    auto be = rn50::make_backend("onednn");
+    rn50::ModelOptions mo;
+    mo.num_classes = 10;
+    rn50::ResNet m(*be, rn50::arch_from_name("resnet18"), mo);
+    m.init(1);
+    rn50::save_safetensors(w, m.state_dict());
+  }
+  std::string out;
+  const int rc = run_command(kCli + " eval --data synthetic --synthetic-samples 4 --batch-size 2 "
+                                    "--crop-size 32 --arch resnet18 --num-of-class 7 "
+                                    "--from-pretrained-params " + sh_quote(w),
+                             &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("'fc.weight'"), std::string::npos) << out;
+  EXPECT_NE(out.find("--num-of-class 10"), std::string::npos) << out;
+}

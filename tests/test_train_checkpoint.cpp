@@ -1,0 +1,266 @@
+// Checkpoints: round trip of params, running stats, num_batches_tracked, momentum and state;
+// atomicity (state.json last, stale state removed, no temp files); epoch-folder resolution;
+// pretrained weights (shape errors naming the key, dtype conversion, arch inference).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "core/check.h"
+#include "core/safetensors.h"
+#include "rn50/backend.h"
+#include "rn50/model.h"
+#include "test_train_util.h"
+#include "train/checkpoint.h"
+#include "train/input.h"
+
+using namespace rn50;
+namespace fs = std::filesystem;
+using rn50_test::TempDir;
+
+namespace {
+
+std::unique_ptr<ResNet> small_model(Backend& be, int classes, uint64_t seed) {
+  ModelOptions mo;
+  mo.num_classes = classes;
+  mo.layout = Layout::NHWC;
+  auto m = std::make_unique<ResNet>(be, arch_from_name("resnet18"), mo);
+  m->init(seed);
+  return m;
+}
+
+// One training forward on random pixels: moves running stats and num_batches_tracked.
+void perturb_buffers(Backend& be, ResNet& m) {
+  Batch b;
+  b.images = Tensor::empty({2, 3, 32, 32}, DType::u8, Layout::NHWC);
+  std::mt19937 g(7);
+  for (int64_t i = 0; i < b.images.numel(); ++i) b.images.data_as<uint8_t>()[i] = g() & 0xff;
+  b.labels = Tensor::zeros({2}, DType::i32);
+  b.size = 2;
+  InputStage in(be, Layout::NHWC);
+  in.load(b);
+  m.forward(in.x(), true);
+  m.forward(in.x(), true);
+}
+
+Tensor random_slab(Backend& be, int64_t n, uint32_t seed) {
+  Tensor h = Tensor::empty({n}, DType::f32);
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd;
+  for (int64_t i = 0; i < n; ++i) h.data_as<float>()[i] = nd(g);
+  Tensor d = be.alloc({n}, DType::f32);
+  be.copy(h, d);
+  return d;
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+         std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+std::vector<std::string> listing(const fs::path& dir) {
+  std::vector<std::string> v;
+  for (auto& e : fs::directory_iterator(dir)) v.push_back(e.path().filename().string());
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+CheckpointState some_state() {
+  CheckpointState st;
+  st.epoch = 3;
+  st.global_step = 48;
+  st.next_lr = 0.0123;
+  st.steps_per_epoch = 12;
+  st.seed = 42;
+  st.arch = "resnet18";
+  st.classes = {"n01440764", "n02102040", "n02979186", "n03000684", "n03028079"};
+  st.config = {{"batch_size", 8}, {"lr", 0.256}};
+  st.version = "0.1.0";
+  return st;
+}
+
+}  // namespace
+
+TEST(TrainCheckpoint, RoundTripParamsBuffersMomentumState) {
+  auto be = make_backend("onednn");
+  auto a = small_model(*be, 5, 1);
+  perturb_buffers(*be, *a);
+  Tensor mom = random_slab(*be, a->num_params(), 11);
+  TempDir tmp("ckpt");
+  const fs::path dir = tmp.path / "resnet18" / "3";
+  save_checkpoint(dir.string(), *a, *be, mom, some_state());
+  EXPECT_EQ(listing(dir),
+            (std::vector<std::string>{"model.safetensors", "optimizer.safetensors", "state.json"}));
+
+  auto b = small_model(*be, 5, 2);
+  Tensor mom2 = be->alloc({b->num_params()}, DType::f32);
+  be->zero(mom2);
+  CheckpointState st = load_checkpoint(dir.string(), *b, *be, mom2);
+  EXPECT_EQ(st.epoch, 3);
+  EXPECT_EQ(st.global_step, 48);
+  EXPECT_DOUBLE_EQ(st.next_lr, 0.0123);
+  EXPECT_EQ(st.steps_per_epoch, 12);
+  EXPECT_EQ(st.seed, 42u);
+  EXPECT_EQ(st.arch, "resnet18");
+  EXPECT_EQ(st.classes, some_state().classes);
+  EXPECT_EQ(st.config["batch_size"], 8);
+  EXPECT_EQ(st.version, "0.1.0");
+
+  auto sa = a->state_dict(), sb = b->state_dict();
+  ASSERT_EQ(sa.size(), sb.size());
+  bool saw_nbt = false;
+  for (size_t i = 0; i < sa.size(); ++i) {
+    EXPECT_EQ(sa[i].first, sb[i].first);
+    EXPECT_TRUE(bitwise_equal(sa[i].second, sb[i].second)) << sa[i].first;
+    if (sa[i].first == "bn1.num_batches_tracked") {
+      saw_nbt = true;
+      EXPECT_EQ(*sb[i].second.data_as<int64_t>(), 2);
+    }
+  }
+  EXPECT_TRUE(saw_nbt);
+  EXPECT_TRUE(bitwise_equal(to_host(*be, mom), to_host(*be, mom2)));
+
+  // The optimizer file is keyed by parameter name, each slice of the momentum slab.
+  SafeTensorsFile of = load_safetensors((dir / "optimizer.safetensors").string());
+  Tensor hm = to_host(*be, mom);
+  for (const ParamInfo& p : a->params()) {
+    ASSERT_TRUE(of.tensors.count(p.name)) << p.name;
+    EXPECT_EQ(std::memcmp(of.tensors[p.name].data(), hm.data_as<float>() + p.offset,
+                          static_cast<size_t>(p.numel()) * 4),
+              0)
+        << p.name;
+  }
+  // model.safetensors holds torchvision's keys, including num_batches_tracked as I64.
+  SafeTensorsFile mf = load_safetensors((dir / "model.safetensors").string());
+  ASSERT_TRUE(mf.tensors.count("layer1.0.bn2.num_batches_tracked"));
+  EXPECT_EQ(mf.tensors["layer1.0.bn2.num_batches_tracked"].dtype(), DType::i64);
+  EXPECT_EQ(mf.tensors["fc.weight"].shape(), (std::vector<int64_t>{5, 512}));
+}
+
+TEST(TrainCheckpoint, FailedSaveLeavesNoCompleteMarkerAndNoTempFiles) {
+  auto be = make_backend("onednn");
+  auto a = small_model(*be, 3, 1);
+  Tensor mom = random_slab(*be, a->num_params(), 3);
+  TempDir tmp("ckpt_atomic");
+  const fs::path dir = tmp.path / "0";
+  save_checkpoint(dir.string(), *a, *be, mom, some_state());
+  ASSERT_TRUE(fs::exists(dir / "state.json"));
+  // Rewriting the folder fails half-way (optimizer.safetensors cannot be replaced: it is now a
+  // non-empty directory). The stale state.json must be gone, so the folder no longer looks
+  // complete, and no temp file may be left behind.
+  fs::remove(dir / "optimizer.safetensors");
+  fs::create_directories(dir / "optimizer.safetensors" / "block");
+  EXPECT_THROW(save_checkpoint(dir.string(), *a, *be, mom, some_state()), Error);
+  EXPECT_FALSE(fs::exists(dir / "state.json"));
+  for (auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+  // resolve_checkpoint_dir(auto) skips the incomplete folder.
+  EXPECT_THROW(resolve_checkpoint_dir(tmp.str(), "auto"), Error);
+  EXPECT_THROW(resolve_checkpoint_dir(tmp.str(), "0"), Error);
+}
+
+TEST(TrainCheckpoint, ResolveEpochFolder) {
+  TempDir tmp("ckpt_resolve");
+  for (const char* e : {"0", "1", "2", "10", "foo", "7x"}) {
+    fs::create_directories(tmp.path / e);
+    if (std::string(e) != "2") std::ofstream(tmp.path / e / "state.json") << "{}";
+  }
+  EXPECT_EQ(fs::path(resolve_checkpoint_dir(tmp.str(), "auto")).filename(), "10");
+  EXPECT_EQ(fs::path(resolve_checkpoint_dir(tmp.str(), "1")).filename(), "1");
+  // Pointing directly at an epoch folder.
+  EXPECT_EQ(resolve_checkpoint_dir((tmp.path / "0").string(), "auto"), (tmp.path / "0").string());
+  try {
+    resolve_checkpoint_dir(tmp.str(), "2");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--last-epoch-of-checkpoint 2"), std::string::npos)
+        << e.what();
+  }
+  try {
+    resolve_checkpoint_dir(tmp.str(), "latest");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'latest'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(resolve_checkpoint_dir((tmp.path / "missing").string(), "auto"), Error);
+}
+
+TEST(TrainCheckpoint, PretrainedParamsShapeErrorsAndConversion) {
+  auto be = make_backend("onednn");
+  auto a = small_model(*be, 5, 1);
+  perturb_buffers(*be, *a);
+  TempDir tmp("pretrained");
+  // A torchvision-style file: F64 params (converted on load), extra key, no num_batches_tracked.
+  std::vector<std::pair<std::string, Tensor>> sd;
+  for (auto& [k, t] : a->state_dict()) {
+    if (k.find("num_batches_tracked") != std::string::npos) continue;
+    Tensor d = Tensor::empty(t.shape(), DType::f64);
+    for (int64_t i = 0; i < t.numel(); ++i) d.data_as<double>()[i] = t.data_as<float>()[i];
+    sd.emplace_back(k, d);
+  }
+  sd.emplace_back("extra.unused", Tensor::zeros({2}, DType::f32));
+  const std::string file = (tmp.path / "w.safetensors").string();
+  save_safetensors(file, sd);
+
+  auto b = small_model(*be, 5, 9);
+  load_pretrained_params(file, *b);
+  auto sa = a->state_dict(), sb = b->state_dict();
+  for (size_t i = 0; i < sa.size(); ++i) {
+    if (sa[i].first.find("num_batches_tracked") == std::string::npos) {
+      EXPECT_TRUE(bitwise_equal(sa[i].second, sb[i].second)) << sa[i].first;
+    }
+  }
+
+  // Different class count: the error names the key and the --num-of-class that fits.
+  auto c = small_model(*be, 7, 1);
+  try {
+    load_pretrained_params(file, *c);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'fc.weight'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--num-of-class 5"), std::string::npos) << msg;
+  }
+  // A missing key is named.
+  sd.erase(std::remove_if(sd.begin(), sd.end(),
+                          [](auto& kv) { return kv.first == "layer2.1.bn1.running_var"; }),
+           sd.end());
+  save_safetensors(file, sd);
+  try {
+    load_pretrained_params(file, *b);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer2.1.bn1.running_var"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(TrainCheckpoint, InferArchFromKeys) {
+  auto be = make_backend("onednn");
+  for (const char* name : {"resnet18", "resnet50"}) {
+    ModelOptions mo;
+    mo.num_classes = 4;
+    ResNet m(*be, arch_from_name(name), mo);
+    std::map<std::string, Tensor> sd;
+    for (const ParamInfo& p : m.params()) sd[p.name] = Tensor::zeros({1}, DType::f32);
+    EXPECT_EQ(infer_arch(sd, "x"), name);
+  }
+  EXPECT_THROW(infer_arch({}, "empty.safetensors"), Error);
+}
+
+TEST(TrainCheckpoint, HalfAndBf16Conversion) {
+  Tensor h = Tensor::empty({4}, DType::f16);
+  const uint16_t hv[4] = {0x3c00, 0xc000, 0x0001, 0x7bff};  // 1, -2, 2^-24, 65504
+  std::memcpy(h.data(), hv, 8);
+  Tensor f = to_f32(h, "h");
+  EXPECT_EQ(f.data_as<float>()[0], 1.f);
+  EXPECT_EQ(f.data_as<float>()[1], -2.f);
+  EXPECT_EQ(f.data_as<float>()[2], std::ldexp(1.f, -24));
+  EXPECT_EQ(f.data_as<float>()[3], 65504.f);
+  Tensor b = Tensor::empty({2}, DType::bf16);
+  const uint16_t bv[2] = {0x3fc0, 0xbf80};  // 1.5, -1
+  std::memcpy(b.data(), bv, 4);
+  Tensor g = to_f32(b, "b");
+  EXPECT_EQ(g.data_as<float>()[0], 1.5f);
+  EXPECT_EQ(g.data_as<float>()[1], -1.f);
+}
