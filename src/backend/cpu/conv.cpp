@@ -70,6 +70,17 @@ void make_wre(OnednnBackend& be, ConvEntry& e, const memory::desc& from,
   e.wre = be.make_exec(pd, dnnl::reorder(pd), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
 }
 
+/// The weights in the layout the conv primitive chose: `w` itself (OIHW), or its reorder into the
+/// backend's weight scratch buffer.
+const void* conv_weights(OnednnBackend& be, ConvEntry& e, const Tensor& w) {
+  if (!e.wre.defined()) return w.data();
+  void* buf = be.scratch(kScratchWeights, e.w_bytes);
+  e.wre.set(DNNL_ARG_FROM, w.data());
+  e.wre.set(DNNL_ARG_TO, buf);
+  be.run(e.wre);
+  return buf;
+}
+
 }  // namespace
 
 void OnednnBackend::conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w,
@@ -87,14 +98,7 @@ void OnednnBackend::conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Ten
     make_wre(*this, *r, oihw(g), cw);
     return r;
   });
-  const void* wp = w.data();
-  if (e.wre.defined()) {
-    void* buf = scratch(kScratchWeights, e.w_bytes);
-    e.wre.set(DNNL_ARG_FROM, w.data());
-    e.wre.set(DNNL_ARG_TO, buf);
-    run(e.wre);
-    wp = buf;
-  }
+  const void* wp = conv_weights(*this, e, w);
   e.conv.set(DNNL_ARG_SRC, x.data());
   e.conv.set(DNNL_ARG_WEIGHTS, wp);
   e.conv.set(DNNL_ARG_DST, y.data());
@@ -121,14 +125,7 @@ void OnednnBackend::conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, con
     make_wre(*this, *r, oihw(g), cw);
     return r;
   });
-  const void* wp = w.data();
-  if (e.wre.defined()) {
-    void* buf = scratch(kScratchWeights, e.w_bytes);
-    e.wre.set(DNNL_ARG_FROM, w.data());
-    e.wre.set(DNNL_ARG_TO, buf);
-    run(e.wre);
-    wp = buf;
-  }
+  const void* wp = conv_weights(*this, e, w);
   e.conv.set(DNNL_ARG_DIFF_DST, dy.data());
   e.conv.set(DNNL_ARG_WEIGHTS, wp);
   e.conv.set(DNNL_ARG_DIFF_SRC, dx.data());
