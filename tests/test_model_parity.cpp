@@ -270,7 +270,7 @@ TEST_P(ModelParity, MatchesTorchvision) {
   be->softmax_xent_fwd(logits, labels, smoothing, loss, probs);
   const double e_loss =
       expect_close(values(*be, loss), values(*be, gt(g, "loss")), T.fwd_atol, T.fwd_rtol, "loss");
-  be->softmax_xent_bwd(probs, labels, smoothing, 1.f, dlogits);
+  be->softmax_xent_bwd(probs, labels, smoothing, 1.f, dlogits, Tensor());
   model.backward(dlogits);
   be->synchronize();
 
@@ -328,7 +328,7 @@ TEST_P(ModelParity, MatchesTorchvision) {
     be->softmax_xent_fwd(lg, labels, smoothing, loss, probs);
     losses.push_back(values(*be, loss)[0]);
     if (s + 1 == ref_losses.size()) break;
-    be->softmax_xent_bwd(probs, labels, smoothing, 1.f, dlogits);
+    be->softmax_xent_bwd(probs, labels, smoothing, 1.f, dlogits, Tensor());
     model.backward(dlogits);
     be->sgd_update(sp, model.param_slab(), model.grad_slab(), mbuf);
   }

@@ -36,6 +36,7 @@
 // f32); the loss and SGD are f32-only and are skipped for other dtypes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -120,6 +121,12 @@ class OpsBackend : public ::testing::TestWithParam<HarnessParam> {
   Layout lay() const { return GetParam().layout; }
   Layout other() const { return lay() == NCHW ? NHWC : NCHW; }
   Tol tol(Tol t) const { return for_dtype(t, dt()); }
+  // Conv weight layouts to test: the backend's preferred one first, then the other (every
+  // backend accepts both OIHW and KRSC).
+  std::vector<Layout> weight_layouts() const {
+    const Layout pw = be_->preferred_weight_layout(lay());
+    return {pw, pw == NCHW ? NHWC : NCHW};
+  }
   std::string cfg() const {
     return GetParam().backend + " " + layout_name(lay()) + " " + dtype_name(dt());
   }
@@ -147,6 +154,22 @@ class OpsBackend : public ::testing::TestWithParam<HarnessParam> {
   void check(const std::string& what, const Tensor& dev, const Tensor& want, Tol t) {
     EXPECT_TRUE(all_close(what + " [" + cfg() + ", backend tensor " + dev.str() + "]",
                           test::download(*be_, dev), want, t));
+  }
+  // Host step state (see StepState) with the given lr and loss scale, nothing found/skipped.
+  static Tensor step_state(float lr, float loss_scale) {
+    Tensor st = Tensor::zeros({StepState::size}, F32);
+    float* s = st.data_as<float>();
+    s[StepState::lr] = lr;
+    s[StepState::loss_scale] = loss_scale;
+    s[StepState::inv_loss_scale] = 1.f / loss_scale;
+    return st;
+  }
+  // Host copy of a backend step state.
+  Tensor state_host(const Tensor& dev) {
+    Tensor h = Tensor::empty({StepState::size}, F32);
+    be_->copy(dev, h);
+    be_->synchronize();
+    return h;
   }
   // Host f32 copy (NCHW) of a reference result, as input for the next op.
   static Tensor host32(const Tensor& t) { return convert(t, F32, NCHW); }
@@ -201,11 +224,13 @@ TEST_P(OpsBackend, Conv2dFwd) {
     const double ws = 1.0 / std::sqrt(double(s.C * s.R * s.R));
     Tensor x = rand({s.N, s.C, s.H, s.W}), w = rand({s.K, s.C, s.R, s.R}, -ws, ws);
     const Conv2dParams p{s.stride, s.pad};
-    Tensor y = out({s.N, s.K, s.OH(), s.OW()}, dt(), lay());
-    be().conv2d_fwd(p, up(x, dt(), lay()), up(w, dt(), NCHW), y);
-    Tensor yr = rout(y.shape());
+    Tensor yr = rout({s.N, s.K, s.OH(), s.OW()});
     ref().conv2d_fwd(p, rin(x, dt(), lay()), rin(w, dt(), NCHW), yr);
-    check("conv2d_fwd y", y, yr, tol(kConv));
+    for (Layout wl : weight_layouts()) {
+      Tensor y = out({s.N, s.K, s.OH(), s.OW()}, dt(), lay());
+      be().conv2d_fwd(p, up(x, dt(), lay()), up(w, dt(), wl), y);
+      check(std::string("conv2d_fwd y (weights ") + layout_name(wl) + ")", y, yr, tol(kConv));
+    }
   }
 }
 
@@ -216,11 +241,14 @@ TEST_P(OpsBackend, Conv2dBwdData) {
     const double ws = 1.0 / std::sqrt(double(s.C * s.R * s.R));
     Tensor dy = rand({s.N, s.K, s.OH(), s.OW()}), w = rand({s.K, s.C, s.R, s.R}, -ws, ws);
     const Conv2dParams p{s.stride, s.pad};
-    Tensor dx = out({s.N, s.C, s.H, s.W}, dt(), lay());
-    be().conv2d_bwd_data(p, up(dy, dt(), lay()), up(w, dt(), NCHW), dx);
-    Tensor dxr = rout(dx.shape());
+    Tensor dxr = rout({s.N, s.C, s.H, s.W});
     ref().conv2d_bwd_data(p, rin(dy, dt(), lay()), rin(w, dt(), NCHW), dxr);
-    check("conv2d_bwd_data dx", dx, dxr, tol(kConv));
+    for (Layout wl : weight_layouts()) {
+      Tensor dx = out({s.N, s.C, s.H, s.W}, dt(), lay());
+      be().conv2d_bwd_data(p, up(dy, dt(), lay()), up(w, dt(), wl), dx);
+      check(std::string("conv2d_bwd_data dx (weights ") + layout_name(wl) + ")", dx, dxr,
+            tol(kConv));
+    }
   }
 }
 
@@ -230,11 +258,14 @@ TEST_P(OpsBackend, Conv2dBwdWeights) {
     SCOPED_TRACE(conv_name(s));
     Tensor x = rand({s.N, s.C, s.H, s.W}), dy = rand({s.N, s.K, s.OH(), s.OW()});
     const Conv2dParams p{s.stride, s.pad};
-    Tensor dw = out({s.K, s.C, s.R, s.R}, dt(), NCHW);
-    be().conv2d_bwd_weights(p, up(x, dt(), lay()), up(dy, dt(), lay()), dw);
-    Tensor dwr = rout(dw.shape());
+    Tensor dwr = rout({s.K, s.C, s.R, s.R});
     ref().conv2d_bwd_weights(p, rin(x, dt(), lay()), rin(dy, dt(), lay()), dwr);
-    check("conv2d_bwd_weights dw", dw, dwr, tol(kConv));
+    for (Layout wl : weight_layouts()) {
+      Tensor dw = out({s.K, s.C, s.R, s.R}, dt(), wl);
+      be().conv2d_bwd_weights(p, up(x, dt(), lay()), up(dy, dt(), lay()), dw);
+      check(std::string("conv2d_bwd_weights dw (weights ") + layout_name(wl) + ")", dw, dwr,
+            tol(kConv));
+    }
   }
 }
 
@@ -497,11 +528,18 @@ TEST_P(OpsBackend, SoftmaxXent) {
       Tensor ph = host32(probsr);
       for (float scale : {1.0f, 128.0f}) {
         Tensor dz = out({s.N, s.K}, F32);
-        be().softmax_xent_bwd(up(ph, F32, NCHW), labd, eps, scale, dz);
+        be().softmax_xent_bwd(up(ph, F32, NCHW), labd, eps, scale, dz, Tensor());
         Tensor dzr = rout({s.N, s.K});
-        ref().softmax_xent_bwd(rin(ph, F32, NCHW), lab, eps, scale, dzr);
+        ref().softmax_xent_bwd(rin(ph, F32, NCHW), lab, eps, scale, dzr, Tensor());
         check("softmax_xent_bwd dlogits (scale " + std::to_string(scale) + ")", dz, dzr, kProbs);
       }
+      // Loss scale read on the device from a step state: 2 * state[loss_scale] = 2 * 64.
+      Tensor st = step_state(0.1f, 64.f);
+      Tensor dz = out({s.N, s.K}, F32);
+      be().softmax_xent_bwd(up(ph, F32, NCHW), labd, eps, 2.f, dz, up(st, F32, NCHW));
+      Tensor dzr = rout({s.N, s.K});
+      ref().softmax_xent_bwd(rin(ph, F32, NCHW), lab, eps, 128.f, dzr, Tensor());
+      check("softmax_xent_bwd dlogits (scale 2 x state loss_scale 64)", dz, dzr, kProbs);
     }
 }
 
@@ -548,6 +586,98 @@ TEST_P(OpsBackend, SgdUpdate) {
   }
 }
 
+TEST_P(OpsBackend, SgdUpdateFromStepState) {
+  REQUIRE_F32("sgd_update");
+  REQUIRE_OP(Op::sgd);
+  const int64_t n = 4099;
+  SgdParams sp;
+  sp.lr = 123.f;           // ignored: lr comes from the state
+  sp.grad_scale = 77.f;    // ignored: 1 / loss_scale comes from the state
+  sp.decay_count = 1000;
+  Tensor p0 = rand({n}), b0 = rand({n});
+  Tensor p = up(p0, F32, NCHW), buf = up(b0, F32, NCHW);
+  Tensor pr = p0.clone(), bufr = b0.clone();
+  Tensor g = rand({n}, -1024, 1024);
+  Tensor st = up(step_state(0.05f, 256.f), F32, NCHW);
+  sp.state = st;
+  be().sgd_update(sp, p, up(g, F32, NCHW), buf);
+  SgdParams rp = sp;
+  rp.state = Tensor();
+  rp.lr = 0.05f;
+  rp.grad_scale = 1.f / 256.f;
+  ref().sgd_update(rp, pr, g, bufr);
+  check("sgd params (state lr, 1/loss_scale)", p, pr, kSgd);
+  check("sgd momentum_buf (state)", buf, bufr, kSgd);
+  // found_inf set: the whole update is skipped.
+  Tensor sth = step_state(0.05f, 256.f);
+  sth.data_as<float>()[StepState::found_inf] = 1.f;
+  be().copy(sth, st);
+  Tensor before_p = test::download(be(), p), before_b = test::download(be(), buf);
+  be().sgd_update(sp, p, up(g, F32, NCHW), buf);
+  check("sgd params unchanged on found_inf", p, before_p, kCopy);
+  check("sgd momentum unchanged on found_inf", buf, before_b, kCopy);
+}
+
+TEST_P(OpsBackend, AmpCheckFiniteAndLossScale) {
+  REQUIRE_F32("the AMP step-state ops");
+  REQUIRE_OP(Op::amp);
+  // check_finite on every float dtype the backend stores: clean data leaves found_inf alone,
+  // one inf or NaN anywhere sets it.
+  for (DType d : {DType::f32, DType::f16, DType::bf16}) {
+    if (d != F32 && !be().supports(Op::conv2d, d, lay())) continue;
+    SCOPED_TRACE(dtype_name(d));
+    for (double bad : {0.0, std::numeric_limits<double>::infinity(),
+                       -std::numeric_limits<double>::infinity(),
+                       std::numeric_limits<double>::quiet_NaN()}) {
+      Tensor h = rand({3, 1001}, -1000, 1000);
+      if (bad != 0.0) h.data_as<float>()[2 * 1001 + 517] = static_cast<float>(bad);
+      Tensor st = up(step_state(0.1f, 8.f), F32, NCHW);
+      be().check_finite(up(h, d, NCHW), st);
+      const float found = state_host(st).data_as<float>()[StepState::found_inf];
+      EXPECT_EQ(found, bad == 0.0 ? 0.f : 1.f) << "inserted value " << bad;
+      // A later clean slab must not clear the flag.
+      be().check_finite(up(rand({17}), d, NCHW), st);
+      EXPECT_EQ(state_host(st).data_as<float>()[StepState::found_inf], found);
+    }
+  }
+  // update_loss_scale against torch.cuda.amp.GradScaler.update semantics, written out here:
+  // growth interval 3, found_inf on steps 2 and 7.
+  LossScaleParams lp;
+  lp.growth_interval = 3;
+  Tensor st = up(step_state(0.1f, 1024.f), F32, NCHW);
+  float scale = 1024.f, tracker = 0.f, skipped = 0.f;
+  for (int step = 0; step < 10; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    const bool inf = step == 2 || step == 7;
+    Tensor grads = rand({64}, -4, 4);
+    if (inf) grads.data_as<float>()[9] = std::numeric_limits<float>::infinity();
+    be().check_finite(up(grads, F32, NCHW), st);
+    be().update_loss_scale(lp, st);
+    if (inf) {
+      scale *= 0.5f, tracker = 0.f, skipped += 1.f;
+    } else if (++tracker == 3.f) {
+      scale *= 2.f, tracker = 0.f;
+    }
+    const Tensor h = state_host(st);
+    const float* s = h.data_as<float>();
+    EXPECT_EQ(s[StepState::loss_scale], scale);
+    EXPECT_EQ(s[StepState::inv_loss_scale], 1.f / scale);
+    EXPECT_EQ(s[StepState::growth_tracker], tracker);
+    EXPECT_EQ(s[StepState::skipped_steps], skipped);
+    EXPECT_EQ(s[StepState::found_inf], 0.f);
+    EXPECT_EQ(s[StepState::lr], 0.1f) << "update_loss_scale must not touch the lr";
+  }
+  // A static scale (dynamic = false) never changes but still counts skipped steps.
+  lp.dynamic = false;
+  Tensor h = step_state(0.1f, 128.f);
+  h.data_as<float>()[StepState::found_inf] = 1.f;
+  Tensor st2 = up(h, F32, NCHW);
+  be().update_loss_scale(lp, st2);
+  const Tensor h2 = state_host(st2);
+  EXPECT_EQ(h2.data_as<float>()[StepState::loss_scale], 128.f);
+  EXPECT_EQ(h2.data_as<float>()[StepState::skipped_steps], 1.f);
+}
+
 // ---------------------------------------------------------------- memory
 
 TEST_P(OpsBackend, CopyAndZero) {
@@ -572,6 +702,21 @@ TEST_P(OpsBackend, CopyAndZero) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, OpsBackend, ::testing::ValuesIn(harness_params()), param_name);
+
+// Says, in the test log, whether the CUDA backend took part: compiled but no GPU (CI) is a
+// skip with the reason, never a silent pass.
+TEST(OpsBackendCuda, CudaBackendPresence) {
+  const auto built = compiled_backends();
+  if (std::find(built.begin(), built.end(), "cuda") == built.end())
+    GTEST_SKIP() << "CUDA backend not built: " << cuda_unavailable_reason();
+  if (cuda_device_count() == 0) {
+    EXPECT_ANY_THROW(make_backend("cuda")) << "creating the cuda backend without a GPU must throw";
+    GTEST_SKIP() << "CUDA backend built but not run (no usable GPU: " << cuda_unavailable_reason()
+                 << "); the harness ran only the CPU backends";
+  }
+  const auto avail = available_backends();
+  EXPECT_NE(std::find(avail.begin(), avail.end(), "cuda"), avail.end());
+}
 
 // Self-check of the harness: the ref backend (storing f32) against itself in float64, so the
 // harness code paths and the f32 tolerances are exercised even when only "ref" is built.

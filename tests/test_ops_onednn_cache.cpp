@@ -391,7 +391,7 @@ TEST(OnednnMisc, LinearLossSgdEltwiseCopyNormalize) {
   Tensor dl = Tensor::empty({N, K}, DType::f32);
   const float eps = 0.1f, scale = 8.f;
   be.softmax_xent_fwd(logits, labels, eps, loss, probs);
-  be.softmax_xent_bwd(probs, labels, eps, scale, dl);
+  be.softmax_xent_bwd(probs, labels, eps, scale, dl, Tensor());
   std::vector<double> rp(N * K), rdl(N * K), rloss(1, 0.0);
   for (int64_t n = 0; n < N; ++n) {
     double mx = -INFINITY, s = 0;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,23 +49,68 @@ struct Pool2dParams {
   int pad = 1;
 };
 
+/// Per-step scalars kept on the backend's device, so that a training step recorded once as a
+/// CUDA graph replays with a new learning rate and loss scale, and so that the decision to skip
+/// an overflowing AMP step never goes through the host. A step state is an f32 tensor of
+/// StepState::size elements on the backend device; these are the element indices.
+struct StepState {
+  enum : int {
+    lr = 0,              ///< learning rate of the step (written by the host before the step)
+    loss_scale = 1,      ///< AMP loss scale S (1 without AMP)
+    inv_loss_scale = 2,  ///< 1 / S, the factor that unscales gradients in sgd_update
+    found_inf = 3,       ///< 1 when this step's gradients hold an inf/NaN (check_finite)
+    growth_tracker = 4,  ///< consecutive finite steps since the scale last changed
+    skipped_steps = 5,   ///< total steps skipped for overflow (read back for logging)
+    size = 8
+  };
+};
+
 /// SGD with momentum, exactly torch.optim.SGD with dampening 0 and nesterov false:
 ///   g = grad + weight_decay * p   (only for the first `decay_count` elements of the slab)
 ///   buf = momentum * buf + g      (buf starts at zero, identical to torch's first-step clone)
 ///   p = p - lr * buf
 /// grad_scale multiplies grad first (1 / loss_scale under AMP; 1 otherwise).
+/// When `state` is defined (a step state, see StepState), lr and grad_scale are read on the
+/// device from state[lr] and state[inv_loss_scale] (the fields here are then ignored), and the
+/// whole update is skipped (params and momentum untouched) when state[found_inf] != 0
+/// (torch.cuda.amp.GradScaler.step skips optimizer.step() the same way).
 struct SgdParams {
   float lr = 0.f;
   float momentum = 0.875f;
   float weight_decay = 3.0517578125e-05f;
   int64_t decay_count = 0;
   float grad_scale = 1.f;
+  Tensor state;
+};
+
+/// Dynamic loss scaling, torch.cuda.amp.GradScaler semantics and defaults (growth x2 after
+/// 2000 finite steps in a row, backoff x0.5 on an overflow). dynamic = false keeps the scale
+/// fixed (a static --scale-loss) while still counting skipped steps.
+struct LossScaleParams {
+  float growth_factor = 2.f;
+  float backoff_factor = 0.5f;
+  int growth_interval = 2000;
+  bool dynamic = true;
 };
 
 /// Op families, for supports() queries and the test harness.
 enum class Op {
   conv2d, batchnorm, relu, add, add_relu, maxpool2d, global_avgpool, linear,
-  softmax_xent, normalize_u8, sgd
+  softmax_xent, normalize_u8, sgd, amp
+};
+
+/// A recorded sequence of backend work (a CUDA graph) that replays with the same tensors.
+class Graph {
+ public:
+  virtual ~Graph() = default;
+  /// Queues one replay of the recorded work on the backend's stream (asynchronous).
+  virtual void replay() = 0;
+};
+
+/// Construction options of a backend (make_backend).
+struct BackendOptions {
+  int device_index = 0;     ///< CUDA ordinal (--device cuda:N); ignored by CPU backends
+  bool allow_tf32 = true;   ///< f32 convolutions and GEMMs may use TF32 tensor cores (--no-tf32)
 };
 
 class Backend {
@@ -85,8 +131,35 @@ class Backend {
   virtual void zero(Tensor& dst) = 0;
   /// Wait until all work queued on this backend is done (no-op on synchronous CPU backends).
   virtual void synchronize() = 0;
+  /// Host memory that copy() moves to and from the device fastest and asynchronously (pinned
+  /// memory on CUDA). CPU backends return Tensor::empty.
+  virtual Tensor alloc_host(std::vector<int64_t> shape, DType dtype,
+                            Layout layout = Layout::NCHW) {
+    return Tensor::empty(std::move(shape), dtype, layout);
+  }
+  /// Input upload that overlaps compute: copies the host tensor `src` (same shape and dtype as
+  /// dst; any host memory, it is staged through pinned memory) into the device tensor `dst` on
+  /// a side stream, after the work that read dst before the last release_input(dst) is done;
+  /// work queued afterwards waits for the copy. `src` may be reused as soon as this returns.
+  /// CPU backends: copy(src, dst).
+  virtual void upload_input(const Tensor& src, Tensor& dst) { copy(src, dst); }
+  /// Marks that the work queued so far is the last to read `dst` before the next upload_input
+  /// into it (double-buffered inputs). CPU backends: no-op.
+  virtual void release_input(const Tensor& dst) {}
+  /// Records the backend work that fn() queues, without running it, and returns it as a Graph
+  /// to replay (CUDA stream capture). fn must not allocate, synchronise or read device memory
+  /// on the host (run the same work once eagerly first so that every cached algorithm, plan and
+  /// workspace exists). Returns nullptr, without calling fn, when the backend cannot record
+  /// (CPU backends). Throws rn50::Error when recording fails.
+  virtual std::unique_ptr<Graph> capture(const std::function<void()>& fn) { return nullptr; }
 
-  // ---- convolution: x (N,C,H,W), w (K,C,R,S), y (N,K,OH,OW) ----
+  /// The memory layout this backend wants conv weights (and their gradients) in, given the
+  /// activation layout: NCHW (= OIHW) on CPU backends; the activation layout on CUDA (cuDNN's
+  /// tensor-core kernels want KRSC filters with NHWC activations). Every backend accepts both.
+  virtual Layout preferred_weight_layout(Layout activation_layout) const { return Layout::NCHW; }
+
+  // ---- convolution: x (N,C,H,W), w (K,C,R,S), y (N,K,OH,OW). w and dw are 4-D tensors in
+  // either layout: NCHW = OIHW (torchvision) or NHWC = KRSC (see preferred_weight_layout). ----
   virtual void conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w, Tensor& y) = 0;
   /// dx = conv_transpose(dy, w): the gradient w.r.t. x.
   virtual void conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
@@ -144,9 +217,11 @@ class Backend {
   /// Writes loss (f32, shape {1}: mean over the batch) and probs (N,K) = softmax(logits).
   virtual void softmax_xent_fwd(const Tensor& logits, const Tensor& labels, float smoothing,
                                 Tensor& loss, Tensor& probs) = 0;
-  /// dlogits = scale * (probs - q) / N. `scale` is the AMP loss scale (1 without AMP).
+  /// dlogits = scale * (probs - q) / N. `scale` is the AMP loss scale (1 without AMP); when
+  /// `state` (a step state, see StepState) is defined, scale is further multiplied on the device
+  /// by state[loss_scale].
   virtual void softmax_xent_bwd(const Tensor& probs, const Tensor& labels, float smoothing,
-                                float scale, Tensor& dlogits) = 0;
+                                float scale, Tensor& dlogits, const Tensor& state) = 0;
 
   // ---- input ----
   /// src: u8 (N,3,H,W) in Layout::NHWC (decoded pixels, RGB). dst: (N,3,H,W) f32 (or the compute
@@ -157,12 +232,33 @@ class Backend {
   // ---- optimiser over whole slabs (1-D f32 tensors of equal length) ----
   virtual void sgd_update(const SgdParams& p, Tensor& params, const Tensor& grads,
                           Tensor& momentum_buf) = 0;
+
+  // ---- AMP (dynamic loss scaling; state is a step state, see StepState) ----
+  /// Sets state[found_inf] = 1 when any element of x (f32/f16/bf16, any shape) is inf or NaN;
+  /// leaves it unchanged otherwise (several slabs may be checked in a row).
+  virtual void check_finite(const Tensor& x, Tensor& state) = 0;
+  /// End of a step, torch.cuda.amp.GradScaler.update(): when state[found_inf] != 0:
+  /// skipped_steps += 1, growth_tracker = 0 and (if p.dynamic) loss_scale *= backoff_factor;
+  /// else growth_tracker += 1, and when it reaches growth_interval (p.dynamic only):
+  /// loss_scale *= growth_factor, growth_tracker = 0. Then inv_loss_scale = 1 / loss_scale and
+  /// found_inf = 0.
+  virtual void update_loss_scale(const LossScaleParams& p, Tensor& state) = 0;
 };
 
 /// Backends by name: "ref" and "onednn" always (CPU); "cuda" when built with RN50_CUDA.
-/// Throws rn50::Error naming the backend when unknown or not built.
-std::unique_ptr<Backend> make_backend(const std::string& name);
-/// Names of the backends compiled into this build, e.g. {"ref", "onednn"}.
+/// Throws rn50::Error naming the backend when unknown, not built, or (cuda) when no GPU is
+/// usable (the message gives the CUDA error).
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& opt = {});
+/// Names of the backends compiled into this build AND usable on this machine, e.g.
+/// {"ref", "onednn"} or {"ref", "onednn", "cuda"} (cuda only when a GPU is present).
 std::vector<std::string> available_backends();
+/// Names of the backends compiled into this build ("cuda" even without a GPU).
+std::vector<std::string> compiled_backends();
+/// Number of usable CUDA devices: 0 when the CUDA backend is not built or no GPU/driver is
+/// present (never throws).
+int cuda_device_count();
+/// Why CUDA is unusable, e.g. "not built (configure with -DRN50_CUDA=ON)" or the CUDA error of
+/// cudaGetDeviceCount; empty when cuda_device_count() > 0.
+std::string cuda_unavailable_reason();
 
 }  // namespace rn50

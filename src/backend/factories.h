@@ -9,4 +9,9 @@ namespace rn50 {
 std::unique_ptr<Backend> make_ref_backend();
 /// oneDNN CPU backend (src/backend/cpu): primitives cached per shape.
 std::unique_ptr<Backend> make_onednn_backend();
+#ifdef RN50_HAVE_CUDA
+/// CUDA backend (src/backend/cuda) on device opt.device_index. Throws rn50::Error when no such
+/// GPU is usable (cuda_unavailable_reason() explains).
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opt);
+#endif
 }  // namespace rn50

@@ -34,7 +34,7 @@ Geo conv_geo(const char* op, const Conv2dParams& p, const Tensor& x, const Tenso
   Geo g{x.n(), x.c(), x.h(), x.w(), w.n(), w.h(), w.w(), 0, 0};
   g.OH = (g.H + 2 * p.pad - g.R) / p.stride + 1;
   g.OW = (g.W + 2 * p.pad - g.S) / p.stride + 1;
-  RN50_CHECK(w.c() == g.C && w.layout() == Layout::NCHW && g.OH > 0 && g.OW > 0,
+  RN50_CHECK(w.c() == g.C && g.OH > 0 && g.OW > 0,
              "onednn {}: x {} does not match w {} (stride {}, pad {})", op, x.str(), w.str(),
              p.stride, p.pad);
   check_shape(op, "y", y, {g.N, g.K, g.OH, g.OW});
@@ -43,7 +43,10 @@ Geo conv_geo(const char* op, const Conv2dParams& p, const Tensor& x, const Tenso
 
 memory::dims wdims(const Geo& g) { return {g.K, g.C, g.R, g.S}; }
 memory::desc any_w(const Geo& g) { return memory::desc(wdims(g), memory::data_type::f32, tag::any); }
-memory::desc oihw(const Geo& g) { return f32_md(wdims(g), tag::oihw); }
+/// Our weight tensor's own layout: OIHW (Layout::NCHW) or KRSC = OHWI (Layout::NHWC).
+memory::desc user_w(const Geo& g, const Tensor& w) {
+  return f32_md(wdims(g), w.layout() == Layout::NHWC ? tag::ohwi : tag::oihw);
+}
 
 /// Forward primitive descriptor (also the hint of the backward ones).
 dnnl::convolution_forward::primitive_desc fwd_pd(dnnl::engine& eng, const Conv2dParams& p,
@@ -95,7 +98,7 @@ void OnednnBackend::conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Ten
     r->conv = make_exec(pd, dnnl::convolution_forward(pd),
                         {{DNNL_ARG_SRC, xmd}, {DNNL_ARG_WEIGHTS, cw}, {DNNL_ARG_DST, ymd}});
     r->w_bytes = cw.get_size();
-    make_wre(*this, *r, oihw(g), cw);
+    make_wre(*this, *r, user_w(g, w), cw);
     return r;
   });
   const void* wp = conv_weights(*this, e, w);
@@ -122,7 +125,7 @@ void OnednnBackend::conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, con
                         {{DNNL_ARG_DIFF_DST, dymd}, {DNNL_ARG_WEIGHTS, cw},
                          {DNNL_ARG_DIFF_SRC, dxmd}});
     r->w_bytes = cw.get_size();
-    make_wre(*this, *r, oihw(g), cw);
+    make_wre(*this, *r, user_w(g, w), cw);
     return r;
   });
   const void* wp = conv_weights(*this, e, w);
@@ -149,7 +152,7 @@ void OnednnBackend::conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, c
                         {{DNNL_ARG_SRC, xmd}, {DNNL_ARG_DIFF_DST, dymd},
                          {DNNL_ARG_DIFF_WEIGHTS, cw}});
     r->w_bytes = cw.get_size();
-    make_wre(*this, *r, cw, oihw(g));
+    make_wre(*this, *r, cw, user_w(g, dw));
     return r;
   });
   void* dwp = e.wre.defined() ? scratch(kScratchWeights, e.w_bytes) : dw.data();

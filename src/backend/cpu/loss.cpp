@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "backend/cpu/onednn_backend.h"
+#include "core/step_state.h"
 #include "core/check.h"
 
 namespace rn50::onednn {
@@ -65,7 +66,7 @@ void OnednnBackend::softmax_xent_fwd(const Tensor& logits, const Tensor& labels,
 }
 
 void OnednnBackend::softmax_xent_bwd(const Tensor& probs, const Tensor& labels, float smoothing,
-                                     float scale, Tensor& dlogits) {
+                                     float scale, Tensor& dlogits, const Tensor& state) {
   const char* op = "softmax_xent_bwd";
   check_tensor(op, "probs", probs);
   check_tensor(op, "dlogits", dlogits);
@@ -76,7 +77,8 @@ void OnednnBackend::softmax_xent_bwd(const Tensor& probs, const Tensor& labels, 
   const float* pr = probs.data_as<const float>();
   float* d = dlogits.data_as<float>();
   const int32_t* lab = labels.data_as<const int32_t>();
-  const float f = scale / static_cast<float>(N);
+  const float f = resolve_loss_scale("onednn softmax_xent_bwd", scale, state) /
+                  static_cast<float>(N);
   const float off = smoothing / static_cast<float>(K);
   const float hit = 1.f - smoothing;
 #pragma omp parallel for schedule(static)

@@ -114,6 +114,7 @@ void OnednnBackend::clear_cache() {
 }
 
 bool OnednnBackend::supports(Op op, DType dtype, Layout layout) const {
+  // f32 only: AMP (f16/bf16) compute is a CUDA backend feature.
   return dtype == DType::f32 && (layout == Layout::NCHW || layout == Layout::NHWC);
 }
 

@@ -135,13 +135,15 @@ class OnednnBackend final : public Backend {
   void softmax_xent_fwd(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& loss,
                         Tensor& probs) override;
   void softmax_xent_bwd(const Tensor& probs, const Tensor& labels, float smoothing, float scale,
-                        Tensor& dlogits) override;
+                        Tensor& dlogits, const Tensor& state) override;
 
   void normalize_u8(const Tensor& src, const std::array<float, 3>& mean,
                     const std::array<float, 3>& std, Tensor& dst) override;
 
   void sgd_update(const SgdParams& p, Tensor& params, const Tensor& grads,
                   Tensor& momentum_buf) override;
+  void check_finite(const Tensor& x, Tensor& state) override;
+  void update_loss_scale(const LossScaleParams& p, Tensor& state) override;
 
   // ---- introspection (tests) ----
   /// Primitive-cache counters: a repeated same-shape call must be a hit, never a new entry.

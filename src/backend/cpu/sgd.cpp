@@ -5,6 +5,7 @@
 // Plain OpenMP loops, vectorisable (the decayed and undecayed ranges are separate loops).
 #include "backend/cpu/onednn_backend.h"
 #include "core/check.h"
+#include "core/step_state.h"
 
 namespace rn50::onednn {
 
@@ -23,7 +24,9 @@ void OnednnBackend::sgd_update(const SgdParams& p, Tensor& params, const Tensor&
   float* __restrict w = params.data_as<float>();
   const float* __restrict g = grads.data_as<const float>();
   float* __restrict b = momentum_buf.data_as<float>();
-  const float lr = p.lr, mom = p.momentum, wd = p.weight_decay, gs = p.grad_scale;
+  const SgdStep st = resolve_sgd_step("onednn sgd_update", p);
+  if (st.skip) return;  // an AMP step whose gradients overflowed
+  const float lr = st.lr, mom = p.momentum, wd = p.weight_decay, gs = st.grad_scale;
   const int64_t nd = p.decay_count;
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < nd; ++i) {
@@ -38,6 +41,15 @@ void OnednnBackend::sgd_update(const SgdParams& p, Tensor& params, const Tensor&
     b[i] = bi;
     w[i] -= lr * bi;
   }
+}
+
+void OnednnBackend::check_finite(const Tensor& x, Tensor& state) {
+  check_host_step_state("onednn check_finite", state);
+  if (host_any_nonfinite(x)) state.data_as<float>()[StepState::found_inf] = 1.f;
+}
+
+void OnednnBackend::update_loss_scale(const LossScaleParams& p, Tensor& state) {
+  host_update_loss_scale(p, state);
 }
 
 }  // namespace rn50::onednn

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/step_state.h"
 #include "ops/ref/ref_backend.h"
 #include "ops/ref/ref_util.h"
 
@@ -68,7 +69,7 @@ void RefBackend::softmax_xent_fwd(const Tensor& logits, const Tensor& labels, fl
 }
 
 void RefBackend::softmax_xent_bwd(const Tensor& probs, const Tensor& labels, float smoothing,
-                                  float scale, Tensor& dlogits) {
+                                  float scale, Tensor& dlogits, const Tensor& state) {
   const char* op = "softmax_xent_bwd";
   check_float(op, "probs", probs);
   RN50_CHECK(probs.ndim() == 2, "ref {}: probs {} must be (N,K)", op, probs.str());
@@ -78,7 +79,9 @@ void RefBackend::softmax_xent_bwd(const Tensor& probs, const Tensor& labels, flo
   const std::vector<int64_t> L = load_labels(op, labels, N, K);
   std::vector<double> D = load(probs);
   const double eps = smoothing, off = eps / static_cast<double>(K);
-  const double f = static_cast<double>(scale) / static_cast<double>(N);
+  const double f =
+      static_cast<double>(resolve_loss_scale("ref softmax_xent_bwd", scale, state)) /
+      static_cast<double>(N);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t k = 0; k < K; ++k) {
       const double q = (k == L[n] ? 1.0 - eps : 0.0) + off;

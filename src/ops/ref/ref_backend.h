@@ -2,7 +2,7 @@
 // It is the oracle of the op tests (tests/test_ops_backends.cpp) and of the model parity tests.
 //
 //  * Device: cpu. All tensors must be host tensors.
-//  * Compute dtypes: f32 and f64 for every floating operand (operands may mix f32 and f64, e.g.
+//  * Compute dtypes: f32, f64, f16 and bf16 for every floating operand (operands may mix, e.g.
 //    f64 activations with f32 BN parameters); labels i32; normalize_u8 source u8. Anything else
 //    throws rn50::Error naming the op and the tensor. copy() additionally converts between
 //    f32, f64, f16 and bf16 (round-to-nearest-even) and copies any dtype to the same dtype.
@@ -67,13 +67,15 @@ class RefBackend final : public Backend {
   void softmax_xent_fwd(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& loss,
                         Tensor& probs) override;
   void softmax_xent_bwd(const Tensor& probs, const Tensor& labels, float smoothing, float scale,
-                        Tensor& dlogits) override;
+                        Tensor& dlogits, const Tensor& state) override;
 
   void normalize_u8(const Tensor& src, const std::array<float, 3>& mean,
                     const std::array<float, 3>& std, Tensor& dst) override;
 
   void sgd_update(const SgdParams& p, Tensor& params, const Tensor& grads,
                   Tensor& momentum_buf) override;
+  void check_finite(const Tensor& x, Tensor& state) override;
+  void update_loss_scale(const LossScaleParams& p, Tensor& state) override;
 };
 
 }  // namespace rn50::ref

@@ -61,7 +61,7 @@ void check_float(const char* op, const char* name, const Tensor& t) {
   RN50_CHECK(t.is_cpu(), "ref {}: tensor {} ({}) must be on the host", op, name, t.str());
   RN50_CHECK(is_compute_dtype(t.dtype()),
              "ref {}: tensor {} ({}) has unsupported dtype {} (the reference backend computes "
-             "on F32 and F64)",
+             "on F32, F64, F16 and BF16)",
              op, name, t.str(), dtype_name(t.dtype()));
 }
 

@@ -25,8 +25,11 @@ uint16_t float_to_bf16(float f);
 inline bool parallel_worth(int64_t work) { return work >= (int64_t{1} << 16); }
 inline bool parallel_worth(size_t work) { return parallel_worth(static_cast<int64_t>(work)); }
 
-/// Whether the reference ops compute on this dtype (f32 and f64).
-inline bool is_compute_dtype(DType t) { return t == DType::f32 || t == DType::f64; }
+/// Whether the reference ops accept operands of this dtype: f32 and f64, and f16/bf16 (AMP
+/// tensors: loaded exactly into float64, results rounded once to the operand's dtype).
+inline bool is_compute_dtype(DType t) {
+  return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
+}
 
 /// Element i (in memory order) of a host f32/f64/f16/bf16 tensor, as double.
 inline double get(const Tensor& t, int64_t i) {

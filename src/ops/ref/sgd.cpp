@@ -7,6 +7,7 @@
 // Each step is rounded to the slab dtype in torch's order (torch does the same in float32).
 #include <cstdint>
 
+#include "core/step_state.h"
 #include "ops/ref/ref_backend.h"
 #include "ops/ref/ref_util.h"
 
@@ -14,17 +15,18 @@ namespace rn50::ref {
 
 namespace {
 template <class T>
-void sgd_impl(const SgdParams& p, Tensor& params, const Tensor& grads, Tensor& buf) {
+void sgd_impl(const SgdParams& p, const SgdStep& st, Tensor& params, const Tensor& grads,
+              Tensor& buf) {
   T* w = params.data_as<T>();
   const T* g = grads.data_as<const T>();
   T* b = buf.data_as<T>();
   const int64_t n = params.numel();
-  const T scale = static_cast<T>(p.grad_scale), wd = static_cast<T>(p.weight_decay);
-  const T mom = static_cast<T>(p.momentum), lr = static_cast<T>(p.lr);
+  const T scale = static_cast<T>(st.grad_scale), wd = static_cast<T>(p.weight_decay);
+  const T mom = static_cast<T>(p.momentum), lr = static_cast<T>(st.lr);
 #pragma omp parallel for schedule(static) if (parallel_worth(n))
   for (int64_t i = 0; i < n; ++i) {
     T d = g[i];
-    if (p.grad_scale != 1.f) d = d * scale;
+    if (st.grad_scale != 1.f) d = d * scale;
     if (i < p.decay_count) d = d + wd * w[i];
     b[i] = mom * b[i] + d;
     w[i] = w[i] - lr * b[i];
@@ -46,10 +48,23 @@ void RefBackend::sgd_update(const SgdParams& p, Tensor& params, const Tensor& gr
              params.str(), grads.str(), momentum_buf.str());
   RN50_CHECK(p.decay_count >= 0 && p.decay_count <= params.numel(),
              "ref {}: decay_count {} outside [0, {}]", op, p.decay_count, params.numel());
+  RN50_CHECK(params.dtype() == DType::f32 || params.dtype() == DType::f64,
+             "ref {}: slabs must be F32 or F64, got {}", op, params.str());
+  const SgdStep st = resolve_sgd_step("ref sgd_update", p);
+  if (st.skip) return;  // an AMP step whose gradients overflowed
   if (params.dtype() == DType::f32)
-    sgd_impl<float>(p, params, grads, momentum_buf);
+    sgd_impl<float>(p, st, params, grads, momentum_buf);
   else
-    sgd_impl<double>(p, params, grads, momentum_buf);
+    sgd_impl<double>(p, st, params, grads, momentum_buf);
+}
+
+void RefBackend::check_finite(const Tensor& x, Tensor& state) {
+  check_host_step_state("ref check_finite", state);
+  if (host_any_nonfinite(x)) state.data_as<float>()[StepState::found_inf] = 1.f;
+}
+
+void RefBackend::update_loss_scale(const LossScaleParams& p, Tensor& state) {
+  host_update_loss_scale(p, state);
 }
 
 }  // namespace rn50::ref

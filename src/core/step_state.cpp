@@ -1,0 +1,82 @@
+#include "core/step_state.h"
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+#include "core/check.h"
+
+namespace rn50 {
+
+void check_host_step_state(const char* op, const Tensor& state) {
+  RN50_CHECK(state.defined() && state.is_cpu() && state.dtype() == DType::f32 &&
+                 state.numel() == StepState::size,
+             "{}: the step state must be a host F32 tensor of {} elements, got {}", op,
+             static_cast<int>(StepState::size), state.defined() ? state.str() : "undefined");
+}
+
+bool host_any_nonfinite(const Tensor& x) {
+  RN50_CHECK(x.defined() && x.is_cpu(), "check_finite: {} must be a host tensor", x.str());
+  const int64_t n = x.numel();
+  switch (x.dtype()) {
+    case DType::f32: {
+      const float* p = x.data_as<const float>();
+      for (int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(p[i])) return true;
+      return false;
+    }
+    case DType::f64: {
+      const double* p = x.data_as<const double>();
+      for (int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(p[i])) return true;
+      return false;
+    }
+    case DType::f16: {  // exponent all ones = inf or NaN
+      const uint16_t* p = x.data_as<const uint16_t>();
+      for (int64_t i = 0; i < n; ++i)
+        if ((p[i] & 0x7c00u) == 0x7c00u) return true;
+      return false;
+    }
+    case DType::bf16: {
+      const uint16_t* p = x.data_as<const uint16_t>();
+      for (int64_t i = 0; i < n; ++i)
+        if ((p[i] & 0x7f80u) == 0x7f80u) return true;
+      return false;
+    }
+    default:
+      RN50_FAIL("check_finite: {} is not a floating-point tensor", x.str());
+  }
+}
+
+void host_update_loss_scale(const LossScaleParams& p, Tensor& state) {
+  check_host_step_state("update_loss_scale", state);
+  float* s = state.data_as<float>();
+  if (s[StepState::found_inf] != 0.f) {
+    s[StepState::skipped_steps] += 1.f;
+    s[StepState::growth_tracker] = 0.f;
+    if (p.dynamic) s[StepState::loss_scale] *= p.backoff_factor;
+  } else {
+    s[StepState::growth_tracker] += 1.f;
+    if (p.dynamic && s[StepState::growth_tracker] >= static_cast<float>(p.growth_interval)) {
+      s[StepState::loss_scale] *= p.growth_factor;
+      s[StepState::growth_tracker] = 0.f;
+    }
+  }
+  s[StepState::inv_loss_scale] = 1.f / s[StepState::loss_scale];
+  s[StepState::found_inf] = 0.f;
+}
+
+SgdStep resolve_sgd_step(const char* op, const SgdParams& p) {
+  if (!p.state.defined()) return {p.lr, p.grad_scale, false};
+  check_host_step_state(op, p.state);
+  const float* s = p.state.data_as<const float>();
+  return {s[StepState::lr], s[StepState::inv_loss_scale], s[StepState::found_inf] != 0.f};
+}
+
+float resolve_loss_scale(const char* op, float scale, const Tensor& state) {
+  if (!state.defined()) return scale;
+  check_host_step_state(op, state);
+  return scale * state.data_as<const float>()[StepState::loss_scale];
+}
+
+}  // namespace rn50

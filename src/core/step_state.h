@@ -1,0 +1,29 @@
+// rn50: host implementations of the step-state ops (StepState, check_finite,
+// update_loss_scale in include/rn50/backend.h), shared by the CPU backends ("ref", "onednn").
+#pragma once
+
+#include "rn50/backend.h"
+#include "rn50/tensor.h"
+
+namespace rn50 {
+
+/// Throws rn50::Error naming `op` unless `state` is a host f32 tensor of StepState::size
+/// elements.
+void check_host_step_state(const char* op, const Tensor& state);
+/// True when any element of the host tensor x (f32, f64, f16 or bf16; any shape) is inf or NaN.
+/// Throws rn50::Error for other dtypes.
+bool host_any_nonfinite(const Tensor& x);
+/// torch.cuda.amp.GradScaler.update() on a host step state (see Backend::update_loss_scale).
+void host_update_loss_scale(const LossScaleParams& p, Tensor& state);
+/// Resolves the effective (lr, grad_scale, skip) of an SGD step: from p, or from p.state when
+/// it is defined (host step state).
+struct SgdStep {
+  float lr, grad_scale;
+  bool skip;
+};
+SgdStep resolve_sgd_step(const char* op, const SgdParams& p);
+/// The loss-scale multiplier of softmax_xent_bwd: scale * state[loss_scale] (state defined) or
+/// scale.
+float resolve_loss_scale(const char* op, float scale, const Tensor& state);
+
+}  // namespace rn50
