@@ -88,7 +88,7 @@ TEST(CliPredict, JsonMatchesRefBackendOnOwnWeights) {
   auto lines = parse_lines(out);
   ASSERT_EQ(lines.size(), 2u) << out;
 
-  rn50::InputStage input(*ref, rn50::Layout::NHWC);
+  rn50::InputStage input(*ref, rn50::Layout::NHWC, rn50::DType::f32, 1000000, 1);
   for (size_t i = 0; i < 2; ++i) {
     const json& j = lines[i];
     EXPECT_EQ(j["file"], images[i]);

@@ -37,7 +37,7 @@ void perturb_buffers(Backend& be, ResNet& m) {
   for (int64_t i = 0; i < b.images.numel(); ++i) b.images.data_as<uint8_t>()[i] = g() & 0xff;
   b.labels = Tensor::zeros({2}, DType::i32);
   b.size = 2;
-  InputStage in(be, Layout::NHWC);
+  InputStage in(be, Layout::NHWC, DType::f32, m.options().num_classes, 1);
   in.load(b);
   m.forward(in.x(), true);
   m.forward(in.x(), true);

@@ -76,7 +76,19 @@ void add_train_flags(CLI::App* app, TrainConfig& c, TrainStrings& s, bool with_r
   app->add_option("--data", s.data, "imagefolder | synthetic (default imagefolder)");
   app->add_option("--synthetic-samples", c.synthetic_samples,
                   "samples per epoch of --data synthetic; 0 = automatic (default 0)");
-  app->add_option("--device", c.device, "cpu | cuda[:N] (default cpu)");
+  app->add_option("--device", c.device,
+                  "auto | cpu | cuda[:N] (default auto: cuda:0 when a GPU is usable, else cpu)");
+  app->add_flag("--amp", c.amp,
+                "mixed precision on CUDA: fp16/bf16 compute, f32 master weights (DLE --amp)");
+  app->add_option("--amp-dtype", c.amp_dtype, "fp16 (loss-scaled) | bf16 (default fp16)");
+  app->add_option("--scale-loss", c.scale_loss,
+                  "initial AMP fp16 loss scale (default 128, as DLE's AMP scripts)");
+  app->add_flag("--use-dynamic-loss-scaling{true}", c.use_dynamic_loss_scaling,
+                "grow/back off the fp16 loss scale like torch GradScaler; "
+                "--use-dynamic-loss-scaling=false keeps --scale-loss fixed (default true)");
+  app->add_flag("--no-tf32", c.no_tf32, "f32 convolutions and GEMMs without TF32 tensor cores");
+  app->add_flag("--no-cuda-graphs", c.no_cuda_graphs,
+                "run CUDA steps op by op instead of replaying a recorded CUDA graph");
   app->add_option("--data-layout", s.layout, "activation layout NCHW | NHWC (default NHWC)");
   app->add_flag("--zero-init-residual", c.zero_init_residual,
                 "zero-init the last BN gamma of each residual branch (default off)");
@@ -124,7 +136,7 @@ int main(int argc, char** argv) {
                       "resize the shorter side to this, pixels (256)");
   predict->add_option("--crop-size", pc.crop_size, "center crop, pixels (224)");
   predict->add_option("--top-k", pc.top_k, "classes printed per image (5)");
-  predict->add_option("--device", pc.device, "cpu | cuda[:N] (default cpu)");
+  predict->add_option("--device", pc.device, "auto | cpu | cuda[:N] (default auto)");
   predict->add_option("images", pc.images, "image files (JPEG or PNG)")->required();
 
   if (argc > 1 && argv[1][0] != '-') {

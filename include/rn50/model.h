@@ -49,6 +49,11 @@ struct BufferInfo {
 struct ModelOptions {
   int num_classes = 1000;
   Layout layout = Layout::NHWC;    ///< activation layout
+  /// Compute dtype of activations, conv/fc weights and their gradients: f32, or f16/bf16 for
+  /// AMP (DLE --amp). Master parameters, BN parameters and statistics, the loss and the
+  /// optimiser stay f32 (torch.cuda.amp autocast: convolutions and linear layers in half,
+  /// batch norm with f32 parameters).
+  DType compute_dtype = DType::f32;
   bool zero_init_residual = false; ///< gamma = 0 for each residual branch's last BN (DLE flag)
   double bn_eps = 1e-5;
   double bn_momentum = 0.1;
@@ -57,6 +62,14 @@ struct ModelOptions {
 /// ResNet with its own parameter/gradient slabs and activation buffers on `backend`.
 /// Slab order: every decayed parameter (conv/fc weights) first, then BN gamma/beta and fc bias,
 /// so SGD applies weight decay to the prefix [0, decay_count()).
+///
+/// Compute copies: when options().compute_dtype is not f32, or the backend wants conv weights
+/// in another layout (Backend::preferred_weight_layout, KRSC on CUDA with NHWC), the conv and fc
+/// parameters are used through a compute copy (a second slab in the compute dtype, conv weights
+/// in the preferred layout) and their gradients are produced there and converted into the f32
+/// grad_slab() at the end of backward(). The f32 param_slab() stays the master copy: after
+/// changing it (an optimiser step) call refresh_compute_params(). With f32 and OIHW weights
+/// there is no copy and refresh_compute_params() does nothing.
 class ResNet {
  public:
   ResNet(Backend& backend, ArchSpec arch, ModelOptions opt);
@@ -80,12 +93,25 @@ class ResNet {
   Tensor grad(const std::string& name);
   Tensor buffer(const std::string& name);
 
-  /// x: (N,3,H,W) f32 in options().layout on the backend. Returns logits (N, num_classes) f32.
-  /// train=true uses batch statistics, updates running stats and keeps what backward needs.
+  /// x: (N,3,H,W) in options().compute_dtype and options().layout on the backend. Returns logits
+  /// (N, num_classes) f32 (converted from the compute dtype under AMP).
+  /// train=true uses batch statistics, updates running stats and keeps what backward needs, and
+  /// adds one to every num_batches_tracked (torch BatchNorm2d).
   const Tensor& forward(const Tensor& x, bool train);
-  /// dlogits (N, num_classes): fills grad_slab() with d loss / d params. Requires a preceding
+  /// The f32 logits of the last forward() (valid until the next forward or a shape change).
+  const Tensor& forward_output() const;
+  /// dlogits (N, num_classes) f32 (already multiplied by the loss scale under AMP): fills
+  /// grad_slab() with d loss / d params (f32; still scaled). Requires a preceding
   /// forward(train=true) with the same batch.
   void backward(const Tensor& dlogits);
+  /// Copies the f32 master parameters into the compute copies (see the class comment). Called
+  /// by init() and load_state_dict(); call it after every optimiser step.
+  void refresh_compute_params();
+  /// Whether conv/fc parameters are used through a compute copy (see the class comment).
+  bool has_compute_copy() const;
+  /// Adds `delta` to every BN's num_batches_tracked: for training steps replayed from a
+  /// recorded graph, which does not run forward() on the host.
+  void add_batches_tracked(int64_t delta);
 
   /// Host copies of parameters and buffers keyed by torchvision names (f32; num_batches_tracked
   /// as i64), in torchvision's state_dict order.

@@ -74,8 +74,27 @@ struct TrainConfig {
   bool zero_init_residual = false;
   /// --data-layout: activation memory layout NCHW or NHWC (default NHWC, "channels last").
   Layout data_layout = Layout::NHWC;
-  /// --device: "cpu" (oneDNN backend) or "cuda[:N]" (not built yet in this milestone).
-  std::string device = "cpu";
+  /// --device: "auto" (default: cuda:0 when a GPU is usable, else cpu), "cpu" (oneDNN
+  /// backend) or "cuda[:N]" (CUDA backend on GPU N).
+  std::string device = "auto";
+
+  // ---- precision (CUDA) ----
+  /// --amp: mixed precision (DLE --amp): convolutions, fc and activations in --amp-dtype with
+  /// f32 master weights, BN parameters, loss and optimiser. CUDA only.
+  bool amp = false;
+  /// --amp-dtype: fp16 (default; with loss scaling) or bf16 (no loss scaling).
+  std::string amp_dtype = "fp16";
+  /// --scale-loss: the (initial) loss scale under --amp fp16 (DLE Paddle flag; 128 as in DLE's
+  /// AMP launch scripts).
+  double scale_loss = 128.0;
+  /// --use-dynamic-loss-scaling[=true|false]: grow/back off the loss scale (torch GradScaler:
+  /// x2 after 2000 finite steps, x0.5 on overflow). Default true. A step whose gradients hold
+  /// inf/NaN is skipped either way (and logged).
+  bool use_dynamic_loss_scaling = true;
+  /// --no-tf32: f32 convolutions and GEMMs without TF32 tensor cores (default: TF32 allowed).
+  bool no_tf32 = false;
+  /// --no-cuda-graphs: run each CUDA step op by op instead of replaying a recorded graph.
+  bool no_cuda_graphs = false;
 
   // ---- data ----
   /// --data: imagefolder (default) or synthetic.
@@ -152,7 +171,7 @@ struct PredictConfig {
   /// --top-k: how many classes per image (default 5).
   int top_k = 5;
   /// --device: as TrainConfig::device.
-  std::string device = "cpu";
+  std::string device = "auto";
   /// Image files (positional).
   std::vector<std::string> images;
 };

@@ -74,7 +74,7 @@ int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err) 
     RN50_CHECK(cfg.resize_short >= 1, "--resize-short {}: must be >= 1", cfg.resize_short);
     RN50_CHECK(cfg.top_k >= 1, "--top-k {}: must be >= 1", cfg.top_k);
     RN50_CHECK(cfg.num_classes >= 0, "--num-of-class {}: must be >= 0", cfg.num_classes);
-    const std::string backend_name = backend_for_device(cfg.device);
+    const DeviceChoice dev = resolve_device(cfg.device);
 
     SafeTensorsFile file = load_safetensors(cfg.weights);
     const std::string arch = cfg.arch.empty() ? infer_arch(file.tensors, cfg.weights) : cfg.arch;
@@ -106,7 +106,9 @@ int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err) 
       }
     }
 
-    auto backend = make_backend(backend_name);
+    BackendOptions bo;
+    bo.device_index = dev.index;
+    auto backend = make_backend(dev.backend, bo);
     ModelOptions mo;
     mo.num_classes = num_classes;
     mo.layout = Layout::NHWC;
@@ -114,7 +116,7 @@ int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err) 
     model.init(0);
     load_pretrained_params(file, cfg.weights, model);
 
-    InputStage input(*backend, mo.layout);
+    InputStage input(*backend, mo.layout, mo.compute_dtype, num_classes, 1);
     Batch b;
     b.images = Tensor::empty({1, 3, cfg.crop_size, cfg.crop_size}, DType::u8, Layout::NHWC);
     b.labels = Tensor::zeros({1}, DType::i32);

@@ -70,10 +70,37 @@ Tensor ResNet::Impl::grad_view(int i) {
   return grad_slab.slice0(p.offset, p.offset + p.numel()).reshape(p.shape, Layout::NCHW);
 }
 
+namespace {
+bool is_mirrored_kind(ParamKind k) {
+  return k == ParamKind::conv_weight || k == ParamKind::fc_weight || k == ParamKind::fc_bias;
+}
+}  // namespace
+
+Tensor ResNet::Impl::compute_param_view(int i) {
+  const ParamInfo& p = params[i];
+  if (!mirror || !is_mirrored_kind(p.kind)) return param_view(i);
+  const Layout l = p.shape.size() == 4 ? weight_layout : Layout::NCHW;
+  return param_lp.slice0(p.offset, p.offset + p.numel()).reshape(p.shape, l);
+}
+
+Tensor ResNet::Impl::compute_grad_view(int i) {
+  const ParamInfo& p = params[i];
+  if (!mirror || !is_mirrored_kind(p.kind)) return grad_view(i);
+  const Layout l = p.shape.size() == 4 ? weight_layout : Layout::NCHW;
+  return grad_lp.slice0(p.offset, p.offset + p.numel()).reshape(p.shape, l);
+}
+
 ResNet::ResNet(Backend& backend, ArchSpec arch, ModelOptions opt)
     : impl_(std::make_unique<Impl>(backend, std::move(arch), opt)) {
   Impl& m = *impl_;
   RN50_CHECK(m.opt.num_classes >= 1, "num_classes must be >= 1, got {}", m.opt.num_classes);
+  const DType cd = m.opt.compute_dtype;
+  RN50_CHECK(cd == DType::f32 || cd == DType::f16 || cd == DType::bf16,
+             "compute dtype must be F32, F16 or BF16, got {}", dtype_name(cd));
+  RN50_CHECK(backend.supports(Op::conv2d, cd, m.opt.layout),
+             "the {} backend does not compute in {} with {} activations (AMP needs the cuda "
+             "backend)",
+             backend.name(), dtype_name(cd), layout_name(m.opt.layout));
   for (int s = 0; s < 4; ++s)
     RN50_CHECK(m.arch.layers[s] >= 1, "architecture '{}': stage {} has {} blocks (need >= 1)",
                m.arch.name, s + 1, m.arch.layers[s]);
@@ -137,18 +164,30 @@ ResNet::ResNet(Backend& backend, ArchSpec arch, ModelOptions opt)
   }
   m.nbt = Tensor::zeros({static_cast<int64_t>(m.bns.size())}, DType::i64);
 
+  // Compute copies of the conv/fc parameters (AMP dtype and/or the backend's weight layout).
+  m.weight_layout = be.preferred_weight_layout(m.opt.layout);
+  m.mirror = cd != DType::f32 || m.weight_layout != Layout::NCHW;
+  if (m.mirror) {
+    m.param_lp = be.alloc({m.num_params}, cd);
+    m.grad_lp = be.alloc({m.num_params}, cd);
+    be.zero(m.param_lp);
+    be.zero(m.grad_lp);
+    for (size_t i = 0; i < m.params.size(); ++i)
+      if (is_mirrored_kind(m.params[i].kind)) m.mirrored.push_back(static_cast<int>(i));
+  }
+
   for (ConvBnUnit& u : m.units) {
-    u.w = m.param_view(u.conv_param);
-    u.dw = m.grad_view(u.conv_param);
+    u.w = m.compute_param_view(u.conv_param);
+    u.dw = m.compute_grad_view(u.conv_param);
     u.gamma = m.param_view(u.gamma_param);
     u.dgamma = m.grad_view(u.gamma_param);
     u.beta = m.param_view(u.beta_param);
     u.dbeta = m.grad_view(u.beta_param);
   }
-  m.fcw = m.param_view(m.fc_w);
-  m.dfcw = m.grad_view(m.fc_w);
-  m.fcb = m.param_view(m.fc_b);
-  m.dfcb = m.grad_view(m.fc_b);
+  m.fcw = m.compute_param_view(m.fc_w);
+  m.dfcw = m.compute_grad_view(m.fc_w);
+  m.fcb = m.compute_param_view(m.fc_b);
+  m.dfcb = m.compute_grad_view(m.fc_b);
 
   // Parameters are zero until init() or load_state_dict(); running stats start at mean 0 /
   // var 1 as torch's.
@@ -169,6 +208,22 @@ int64_t ResNet::num_params() const { return impl_->num_params; }
 int64_t ResNet::decay_count() const { return impl_->decay_count; }
 Tensor& ResNet::param_slab() { return impl_->param_slab; }
 Tensor& ResNet::grad_slab() { return impl_->grad_slab; }
+bool ResNet::has_compute_copy() const { return impl_->mirror; }
+const Tensor& ResNet::forward_output() const { return impl_->logits; }
+
+void ResNet::refresh_compute_params() {
+  Impl& m = *impl_;
+  if (!m.mirror) return;
+  for (int i : m.mirrored) {
+    Tensor dst = m.compute_param_view(i);
+    m.be.copy(m.param_view(i), dst);  // f32 OIHW -> compute dtype, preferred layout
+  }
+}
+
+void ResNet::add_batches_tracked(int64_t delta) {
+  int64_t* c = impl_->nbt.data_as<int64_t>();
+  for (int64_t i = 0; i < impl_->nbt.numel(); ++i) c[i] += delta;
+}
 
 Tensor ResNet::param(const std::string& name) {
   auto it = impl_->param_index.find(name);

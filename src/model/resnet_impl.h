@@ -79,6 +79,12 @@ struct ResNet::Impl {
   std::vector<model_detail::SdEntry> sd_order;
   int64_t num_params = 0, decay_count = 0;
   Tensor param_slab, grad_slab;  ///< f32 (num_params) on the backend
+  /// Compute copies (compute dtype, num_params elements; only conv/fc entries used) when
+  /// `mirror` (see ResNet's class comment); conv weights there are in `weight_layout`.
+  bool mirror = false;
+  Layout weight_layout = Layout::NCHW;
+  Tensor param_lp, grad_lp;
+  std::vector<int> mirrored;     ///< indices of the params used through the compute copy
   Tensor stat_slab;              ///< f32 running means/vars on the backend
   Tensor nbt;                    ///< host i64 (number of BNs): num_batches_tracked
   std::vector<model_detail::BnState> bns;
@@ -93,8 +99,10 @@ struct ResNet::Impl {
 
   // ---- shape-dependent buffers ----
   int64_t cur_n = -1, cur_h = -1, cur_w = -1;
-  Tensor act_arena;   ///< f32 flat: every forward activation
-  Tensor grad_arena;  ///< f32 flat: 3 gradient slots of max activation size + dpooled
+  Tensor act_arena;   ///< compute dtype, flat: every forward activation
+  Tensor stat_arena;  ///< f32 flat: the BN batch statistics (save_mean / save_var)
+  Tensor grad_arena;  ///< compute dtype, flat: 3 gradient slots of max activation size + dpooled
+  Tensor logits_lp, dlogits_lp;  ///< (N, classes) in the compute dtype when it is not f32
   int64_t slot_elems = 0;
   Tensor pool_out;    ///< maxpool output
   Tensor pooled;      ///< (N, C) global average pool output
@@ -109,6 +117,10 @@ struct ResNet::Impl {
                int64_t kernel, int stride, int pad, bool relu);
   Tensor param_view(int i);
   Tensor grad_view(int i);
+  /// The tensor the ops use for param i: the compute copy's view (mirrored params; conv weights
+  /// in weight_layout) or the master view.
+  Tensor compute_param_view(int i);
+  Tensor compute_grad_view(int i);
 
   // schedule (resnet_schedule.cpp)
   void plan(int64_t n, int64_t h, int64_t w);

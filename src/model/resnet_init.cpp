@@ -91,6 +91,7 @@ void ResNet::init(uint64_t seed) {
   }
   m.be.copy(host, m.param_slab);
   m.be.zero(m.grad_slab);
+  refresh_compute_params();
 
   Tensor stats = Tensor::zeros(m.stat_slab.shape(), DType::f32);
   for (const model_detail::BnState& bn : m.bns)

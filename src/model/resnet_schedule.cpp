@@ -55,7 +55,9 @@ void ResNet::Impl::plan(int64_t n, int64_t h, int64_t w) {
     Tensor* t;
     std::vector<int64_t> shape;
     Layout layout;
+    bool stat = false;  ///< f32 statistics arena instead of the compute-dtype activation arena
   };
+  const DType cd = opt.compute_dtype;
   std::vector<Req> reqs;
   // BN outputs without a ReLU (bn3 / downsample.1 / BasicBlock bn2) only feed the join: backward
   // does not need them, so they share two scratch slots (branch, shortcut) of the activation arena.
@@ -74,8 +76,8 @@ void ResNet::Impl::plan(int64_t n, int64_t h, int64_t w) {
       reqs.push_back({&u.z, s, L});
     else
       scratch_z.push_back({&u, s});
-    reqs.push_back({&u.save_mean, {u.out_channels}, Layout::NCHW});
-    reqs.push_back({&u.save_var, {u.out_channels}, Layout::NCHW});
+    reqs.push_back({&u.save_mean, {u.out_channels}, Layout::NCHW, true});
+    reqs.push_back({&u.save_var, {u.out_channels}, Layout::NCHW, true});
     max_act = std::max(max_act, numel_of(s));
   };
   int64_t oh, ow;
@@ -99,14 +101,18 @@ void ResNet::Impl::plan(int64_t n, int64_t h, int64_t w) {
     ch = bh, cw = bw;
   }
   reqs.push_back({&pooled, {n, feature_channels}, Layout::NCHW});
-  reqs.push_back({&logits, {n, opt.num_classes}, Layout::NCHW});
+  // Logits: the fc writes them in the compute dtype; under AMP they are converted into a
+  // separate f32 tensor for the loss (and dlogits back into the compute dtype).
+  const bool lp_logits = cd != DType::f32;
+  reqs.push_back({lp_logits ? &logits_lp : &logits, {n, opt.num_classes}, Layout::NCHW});
 
   int64_t scratch = 0;
   for (const auto& [u, shape] : scratch_z) scratch = std::max(scratch, round16(numel_of(shape)));
-  int64_t act_total = 2 * scratch;
-  for (const Req& r : reqs) act_total += round16(numel_of(r.shape));
+  int64_t act_total = 2 * scratch, stat_total = 0;
+  for (const Req& r : reqs) (r.stat ? stat_total : act_total) += round16(numel_of(r.shape));
   const int64_t slot = round16(max_act);
-  const int64_t grad_total = 3 * slot + round16(n * feature_channels);
+  const int64_t dlogits_elems = lp_logits ? round16(n * opt.num_classes) : 0;
+  const int64_t grad_total = 3 * slot + round16(n * feature_channels) + dlogits_elems;
 
   // Drop every view first so that reallocation frees the old arenas before allocating.
   for (Req& r : reqs) *r.t = Tensor();
@@ -114,14 +120,21 @@ void ResNet::Impl::plan(int64_t n, int64_t h, int64_t w) {
   for (ConvBnUnit& u : units) u.x = Tensor();
   for (Block& b : blocks) b.in = Tensor();
   dpooled = Tensor();
+  dlogits_lp = Tensor();
+  if (lp_logits) logits = Tensor();
   if (!act_arena.defined() || act_arena.numel() < act_total) {
     act_arena = Tensor();
-    act_arena = be.alloc({act_total}, DType::f32);
+    act_arena = be.alloc({act_total}, cd);
+  }
+  if (!stat_arena.defined() || stat_arena.numel() < stat_total) {
+    stat_arena = Tensor();
+    stat_arena = be.alloc({stat_total}, DType::f32);
   }
   if (!grad_arena.defined() || grad_arena.numel() < grad_total) {
     grad_arena = Tensor();
-    grad_arena = be.alloc({grad_total}, DType::f32);
+    grad_arena = be.alloc({grad_total}, cd);
   }
+  if (lp_logits) logits = be.alloc({n, opt.num_classes}, DType::f32);
   std::vector<bool> is_shortcut(units.size(), false);
   for (const Block& b : blocks)
     if (b.downsample >= 0) is_shortcut[b.downsample] = true;
@@ -129,15 +142,20 @@ void ResNet::Impl::plan(int64_t n, int64_t h, int64_t w) {
     const int64_t base = is_shortcut[u - units.data()] ? scratch : 0;
     u->z = act_arena.slice0(base, base + numel_of(shape)).reshape(shape, L);
   }
-  int64_t off = 2 * scratch;
+  int64_t off = 2 * scratch, stat_off = 0;
   for (Req& r : reqs) {
     const int64_t k = numel_of(r.shape);
-    *r.t = act_arena.slice0(off, off + k).reshape(r.shape, r.layout);
-    off += round16(k);
+    int64_t& o = r.stat ? stat_off : off;
+    *r.t = (r.stat ? stat_arena : act_arena).slice0(o, o + k).reshape(r.shape, r.layout);
+    o += round16(k);
   }
   slot_elems = slot;
   dpooled = grad_arena.slice0(3 * slot, 3 * slot + n * feature_channels)
                 .reshape({n, feature_channels});
+  if (lp_logits) {
+    const int64_t b = 3 * slot + round16(n * feature_channels);
+    dlogits_lp = grad_arena.slice0(b, b + n * opt.num_classes).reshape({n, opt.num_classes});
+  }
   cur_n = n, cur_h = h, cur_w = w;
   have_train_state = false;
 }
@@ -172,8 +190,9 @@ void ResNet::Impl::unit_backward(ConvBnUnit& u, const Tensor& dz, Tensor& dconv,
 
 const Tensor& ResNet::forward(const Tensor& x, bool train) {
   Impl& m = *impl_;
-  RN50_CHECK(x.defined() && x.ndim() == 4 && x.c() == 3 && x.dtype() == DType::f32,
-             "{} forward: input must be F32 (N,3,H,W), got {}", m.arch.name,
+  RN50_CHECK(x.defined() && x.ndim() == 4 && x.c() == 3 && x.dtype() == m.opt.compute_dtype,
+             "{} forward: input must be {} (N,3,H,W), got {}", m.arch.name,
+             dtype_name(m.opt.compute_dtype),
              x.defined() ? x.str() : std::string("an undefined tensor"));
   RN50_CHECK(x.layout() == m.opt.layout && x.device() == m.be.device(),
              "{} forward: input {} must be in the model layout {} on {}", m.arch.name, x.str(),
@@ -207,7 +226,12 @@ const Tensor& ResNet::forward(const Tensor& x, bool train) {
     cur = b.out;
   }
   m.be.global_avgpool_fwd(cur, m.pooled);
-  m.be.linear_fwd(m.pooled, m.fcw, m.fcb, m.logits);
+  if (m.logits_lp.defined()) {
+    m.be.linear_fwd(m.pooled, m.fcw, m.fcb, m.logits_lp);
+    m.be.copy(m.logits_lp, m.logits);  // compute dtype -> f32 for the loss
+  } else {
+    m.be.linear_fwd(m.pooled, m.fcw, m.fcb, m.logits);
+  }
   m.have_train_state = train;
   return m.logits;
 }
@@ -223,7 +247,12 @@ void ResNet::backward(const Tensor& dlogits) {
              "{} backward: dlogits must be F32 {}, got {}", m.arch.name, m.logits.str(),
              dlogits.defined() ? dlogits.str() : std::string("an undefined tensor"));
 
-  m.be.linear_bwd(m.pooled, m.fcw, dlogits, m.dpooled, m.dfcw, m.dfcb);
+  if (m.dlogits_lp.defined()) {
+    m.be.copy(dlogits, m.dlogits_lp);  // f32 -> compute dtype (torch: the half logits' grad)
+    m.be.linear_bwd(m.pooled, m.fcw, m.dlogits_lp, m.dpooled, m.dfcw, m.dfcb);
+  } else {
+    m.be.linear_bwd(m.pooled, m.fcw, dlogits, m.dpooled, m.dfcw, m.dfcb);
+  }
   int cur = 0;
   Tensor d = m.slot(cur, m.blocks.back().out.shape());
   m.be.global_avgpool_bwd(m.dpooled, d);
@@ -274,6 +303,13 @@ void ResNet::backward(const Tensor& dlogits) {
   m.be.maxpool2d_bwd(kMaxPool, stem.z, m.pool_out, d, dstem);
   Tensor dconv = m.slot(other_slot(cur, ps), stem.y.shape());
   m.unit_backward(stem, dstem, dconv, nullptr);
+
+  // Gradients of the compute copies -> the f32 grad slab (OIHW), still loss-scaled.
+  if (m.mirror)
+    for (int i : m.mirrored) {
+      Tensor dst = m.grad_view(i);
+      m.be.copy(m.compute_grad_view(i), dst);
+    }
 }
 
 }  // namespace rn50

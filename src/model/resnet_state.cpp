@@ -117,6 +117,7 @@ void ResNet::load_state_dict(const std::map<std::string, Tensor>& sd, bool stric
     }
   }
   m.have_train_state = false;
+  refresh_compute_params();
 }
 
 }  // namespace rn50

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "rn50/backend.h"
 #include "rn50/model.h"
 
 namespace rn50 {
@@ -33,16 +34,29 @@ DataKind parse_data_kind(const std::string& s) {
   RN50_FAIL("--data '{}': expected imagefolder or synthetic", s);
 }
 
-std::string backend_for_device(const std::string& device) {
-  if (device == "cpu") return "onednn";
+DeviceChoice resolve_device(const std::string& device) {
+  if (device == "auto")
+    return cuda_device_count() > 0 ? DeviceChoice{"cuda", 0, "cuda:0"}
+                                   : DeviceChoice{"onednn", 0, "cpu"};
+  if (device == "cpu") return {"onednn", 0, "cpu"};
   if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
     const std::string idx = device.size() > 5 ? device.substr(5) : "0";
-    RN50_CHECK(!idx.empty() && idx.find_first_not_of("0123456789") == std::string::npos,
-               "--device '{}': expected cpu, cuda or cuda:N", device);
-    RN50_FAIL("--device {}: the CUDA backend is not built yet (this build runs on --device cpu)",
-              device);
+    RN50_CHECK(!idx.empty() && idx.size() <= 4 &&
+                   idx.find_first_not_of("0123456789") == std::string::npos,
+               "--device '{}': expected auto, cpu, cuda or cuda:N", device);
+    const int n = cuda_device_count();
+    RN50_CHECK(n > 0, "--device {}: {}; use --device cpu", device, cuda_unavailable_reason());
+    const int i = std::stoi(idx);
+    RN50_CHECK(i < n, "--device {}: this machine has {} GPU(s) (cuda:0 to cuda:{})", device, n,
+               n - 1);
+    return {"cuda", i, "cuda:" + std::to_string(i)};
   }
-  RN50_FAIL("--device '{}': expected cpu, cuda or cuda:N", device);
+  RN50_FAIL("--device '{}': expected auto, cpu, cuda or cuda:N", device);
+}
+
+DType compute_dtype(const TrainConfig& cfg) {
+  if (!cfg.amp) return DType::f32;
+  return cfg.amp_dtype == "bf16" ? DType::bf16 : DType::f16;
 }
 
 void validate(const TrainConfig& c) {
@@ -81,7 +95,15 @@ void validate(const TrainConfig& c) {
   } catch (const Error& e) {
     RN50_FAIL("--arch '{}': {}", c.arch, e.what());
   }
-  backend_for_device(c.device);
+  const DeviceChoice dev = resolve_device(c.device);
+  RN50_CHECK(c.amp_dtype == "fp16" || c.amp_dtype == "bf16",
+             "--amp-dtype '{}': expected fp16 or bf16", c.amp_dtype);
+  RN50_CHECK(std::isfinite(c.scale_loss) && c.scale_loss > 0,
+             "--scale-loss {}: must be a finite number > 0", c.scale_loss);
+  RN50_CHECK(!c.amp || dev.backend == "cuda",
+             "--amp: mixed precision runs on the CUDA backend only (--device {} resolves to the "
+             "CPU backend, which computes in fp32); drop --amp or use --device cuda",
+             c.device);
   if (c.data == DataKind::imagefolder)
     RN50_CHECK(!c.image_root.empty(),
                "--image-root is required with --data imagefolder (a folder holding train/ and "
@@ -116,6 +138,12 @@ nlohmann::ordered_json config_to_json(const TrainConfig& c) {
   j["zero_init_residual"] = c.zero_init_residual;
   j["data_layout"] = layout_name(c.data_layout);
   j["device"] = c.device;
+  j["amp"] = c.amp;
+  j["amp_dtype"] = c.amp_dtype;
+  j["scale_loss"] = c.scale_loss;
+  j["use_dynamic_loss_scaling"] = c.use_dynamic_loss_scaling;
+  j["tf32"] = !c.no_tf32;
+  j["cuda_graphs"] = !c.no_cuda_graphs;
   j["data"] = data_kind_name(c.data);
   j["image_root"] = c.image_root;
   j["crop_size"] = c.crop_size;

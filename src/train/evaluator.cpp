@@ -13,7 +13,8 @@ namespace rn50 {
 
 EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double label_smoothing,
                     int print_interval, int epoch) {
-  InputStage input(backend, model.options().layout);
+  InputStage input(backend, model.options().layout, model.options().compute_dtype,
+                   model.options().num_classes, 1);
   const int64_t k = model.options().num_classes;
   MetricSums sums;
   Tensor host_logits;

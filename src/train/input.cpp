@@ -4,21 +4,58 @@
 
 namespace rn50 {
 
-void InputStage::load(const Batch& b) {
+InputStage::InputStage(Backend& backend, Layout layout, DType dtype, int num_classes, int slots)
+    : backend_(backend), layout_(layout), dtype_(dtype), num_classes_(num_classes) {
+  RN50_CHECK(slots >= 1, "InputStage: slots must be >= 1, got {}", slots);
+  slots_.resize(static_cast<size_t>(slots));
+}
+
+int InputStage::upload(const Batch& b) {
   RN50_CHECK(b.images.ndim() == 4 && b.images.dtype() == DType::u8 &&
                  b.images.layout() == Layout::NHWC && b.images.c() == 3,
              "batch images must be u8 (N,3,H,W) NHWC, got {}", b.images.str());
   RN50_CHECK(b.labels.ndim() == 1 && b.labels.dim(0) == b.images.n() &&
                  b.labels.dtype() == DType::i32,
              "batch labels must be i32 ({}), got {}", b.images.n(), b.labels.str());
-  if (!u8_.defined() || u8_.shape() != b.images.shape()) {
-    u8_ = backend_.alloc(b.images.shape(), DType::u8, Layout::NHWC);
-    x_ = backend_.alloc(b.images.shape(), DType::f32, layout_);
-    labels_ = backend_.alloc({b.images.n()}, DType::i32);
+  const int32_t* lab = b.labels.data_as<const int32_t>();
+  for (int64_t i = 0; i < b.size; ++i)
+    RN50_CHECK(lab[i] >= 0 && lab[i] < num_classes_,
+               "label {} of sample {} in the batch is outside [0, {}) (--num-of-class)", lab[i],
+               i, num_classes_);
+  // Rows past b.size (a short last eval batch) are never scored; give them a valid label.
+  if (b.size < b.labels.dim(0)) {
+    int32_t* l = b.labels.data_as<int32_t>();
+    for (int64_t i = b.size; i < b.labels.dim(0); ++i) l[i] = 0;
   }
-  backend_.copy(b.images, u8_);
-  backend_.copy(b.labels, labels_);
-  backend_.normalize_u8(u8_, kImageNetMean, kImageNetStd, x_);
+  if (!x_.defined() || x_.shape() != b.images.shape()) {
+    x_ = Tensor();
+    for (Slot& s : slots_) {
+      s.u8 = backend_.alloc(b.images.shape(), DType::u8, Layout::NHWC);
+      s.labels = backend_.alloc({b.images.n()}, DType::i32);
+    }
+    x_ = backend_.alloc(b.images.shape(), dtype_, layout_);
+  }
+  const int s = next_;
+  next_ = (next_ + 1) % num_slots();
+  backend_.upload_input(b.images, slots_[s].u8);
+  backend_.upload_input(b.labels, slots_[s].labels);
+  last_ = s;
+  return s;
+}
+
+void InputStage::normalize(int s) {
+  backend_.normalize_u8(slots_[s].u8, kImageNetMean, kImageNetStd, x_);
+}
+
+void InputStage::release(int s) {
+  backend_.release_input(slots_[s].u8);
+  backend_.release_input(slots_[s].labels);
+}
+
+void InputStage::load(const Batch& b) {
+  const int s = upload(b);
+  normalize(s);
+  release(s);
 }
 
 }  // namespace rn50

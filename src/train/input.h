@@ -1,7 +1,12 @@
-// rn50: moves a host Batch onto the backend and normalises it into the model's input:
-// images u8 (N,3,H,W) NHWC host -> u8 on the device (explicit copy) -> normalize_u8 with the
-// ImageNet mean/std -> f32 (N,3,H,W) in the model's layout; labels i32 (N) -> device.
+// rn50: moves host Batches onto the backend and normalises them into the model's input.
+//   images u8 (N,3,H,W) NHWC host -> u8 on the device (Backend::upload_input: a side stream on
+//   CUDA, overlapping the running step) -> normalize_u8 with the ImageNet mean/std -> the compute
+//   dtype (N,3,H,W) in the model's layout; labels i32 (N) -> device.
+// Device buffers come in `slots` (2: double buffering): batch k+1 is uploaded into the other
+// slot while step k still reads its own; release(slot) marks the end of the work reading a slot.
 #pragma once
+
+#include <vector>
 
 #include "rn50/backend.h"
 #include "rn50/data.h"
@@ -11,17 +16,37 @@ namespace rn50 {
 
 class InputStage {
  public:
-  InputStage(Backend& backend, Layout layout) : backend_(backend), layout_(layout) {}
-  /// Copies and normalises `b` (all N rows; rows past b.size are whatever the loader left).
-  /// Device buffers are reallocated only when the batch shape changes.
+  /// num_classes: labels outside [0, num_classes) are rejected on the host (a GPU loss kernel
+  /// cannot report them). dtype: the model's compute dtype (f32, f16, bf16).
+  InputStage(Backend& backend, Layout layout, DType dtype, int num_classes, int slots = 2);
+  /// Validates b (throws rn50::Error naming the bad shape or label) and queues the upload of
+  /// its images and labels into the next slot; returns that slot. Device buffers are
+  /// reallocated only when the batch shape changes (all slots at once).
+  int upload(const Batch& b);
+  /// Queues normalize_u8 of slot s's images into x().
+  void normalize(int s);
+  /// The work queued so far is the last to read slot s (see Backend::release_input).
+  void release(int s);
+  /// upload + normalize + release, for evaluation and prediction.
   void load(const Batch& b);
-  const Tensor& x() const { return x_; }          ///< f32 (N,3,H,W), layout of the model
-  const Tensor& labels() const { return labels_; }  ///< i32 (N) on the device
+
+  const Tensor& images(int s) const { return slots_[s].u8; }      ///< u8 (N,3,H,W) NHWC
+  const Tensor& labels(int s) const { return slots_[s].labels; }  ///< i32 (N) on the device
+  const Tensor& labels() const { return slots_[last_].labels; }   ///< of the last upload
+  const Tensor& x() const { return x_; }  ///< compute dtype (N,3,H,W), layout of the model
+  int num_slots() const { return static_cast<int>(slots_.size()); }
 
  private:
+  struct Slot {
+    Tensor u8, labels;
+  };
   Backend& backend_;
   Layout layout_;
-  Tensor u8_, x_, labels_;
+  DType dtype_;
+  int num_classes_;
+  std::vector<Slot> slots_;
+  int next_ = 0, last_ = 0;
+  Tensor x_;
 };
 
 }  // namespace rn50

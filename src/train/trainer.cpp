@@ -1,10 +1,12 @@
 // rn50: the training loop (`rn50 train`, `rn50 eval`). See include/rn50/train.h for the flags.
 //
-// One step: batch (host u8 NHWC) -> device copy -> normalize_u8 -> forward(train) ->
-// softmax_xent_fwd/bwd (label smoothing) -> backward -> one sgd_update over the whole parameter
-// slab with this step's lr (LrSchedule, per step). The loss of each step is copied into a device
-// buffer and read back only every --print-interval steps, so the loop has no per-step host sync
-// (train top-1/top-5 read the logits back every step on host backends only, where that is free).
+// One step: batch (host u8 NHWC) -> upload into an input slot (a side stream on CUDA, while
+// the previous step runs) -> TrainStep (train/train_step.h: normalise, forward, loss, backward,
+// SGD with this step's lr, AMP loss scaling; replayed as a CUDA graph on GPUs). The loss of each
+// step is copied into a device buffer and read back only every --print-interval steps, so the
+// loop has no per-step host sync (train top-1/top-5 read the logits back every step on host
+// backends only, where that is free). AMP overflow skips are read from the device step state at
+// the same boundaries and logged.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -25,6 +27,7 @@
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/report.h"
+#include "train/train_step.h"
 
 namespace rn50 {
 namespace {
@@ -67,6 +70,9 @@ class Trainer {
   void train_step(const Batch& b, double lr, int64_t slot, MetricSums* topk_sums);
   /// Reads the first `n` losses of loss_hist_ back to the host.
   std::vector<float> read_losses(int64_t n);
+  /// Reads the AMP step state (synchronises) and logs steps skipped for gradient overflow
+  /// since the last call. Fills loss scale / skipped totals for the report.
+  void check_amp_skips(int64_t at_step);
   CheckpointState make_state(int epoch) const;
 
   TrainConfig cfg_;
@@ -78,8 +84,13 @@ class Trainer {
   int num_classes_ = 0;
   int64_t steps_per_epoch_ = 0;
   LrSchedule sched_;
-  Tensor momentum_, loss_, probs_, dlogits_, loss_hist_, host_logits_;
+  Tensor loss_hist_, host_logits_;
+  DeviceChoice device_;
   std::unique_ptr<InputStage> input_;
+  std::unique_ptr<TrainStep> step_;
+  bool loss_scaling_ = false;
+  float loss_scale_ = 1.f;
+  int64_t skipped_steps_ = 0;
   bool host_metrics_ = true;
   int start_epoch_ = 0;
   int64_t global_step_ = 0;
@@ -156,19 +167,46 @@ void Trainer::setup_data() {
 }
 
 void Trainer::setup_model() {
-  backend_ = make_backend(backend_for_device(cfg_.device));
+  device_ = resolve_device(cfg_.device);
+  BackendOptions bo;
+  bo.device_index = device_.index;
+  bo.allow_tf32 = !cfg_.no_tf32;
+  backend_ = make_backend(device_.backend, bo);
   host_metrics_ = backend_->device().type == DeviceType::CPU;
   ModelOptions mo;
   mo.num_classes = num_classes_;
   mo.layout = cfg_.data_layout;
   mo.zero_init_residual = cfg_.zero_init_residual;
+  mo.compute_dtype = compute_dtype(cfg_);
   model_ = std::make_unique<ResNet>(*backend_, arch_from_name(cfg_.arch), mo);
   model_->init(cfg_.seed);
-  momentum_ = backend_->alloc({model_->num_params()}, DType::f32);
-  backend_->zero(momentum_);
-  loss_ = backend_->alloc({1}, DType::f32);
   loss_hist_ = backend_->alloc({cfg_.print_interval}, DType::f32);
-  input_ = std::make_unique<InputStage>(*backend_, cfg_.data_layout);
+  input_ = std::make_unique<InputStage>(*backend_, cfg_.data_layout, mo.compute_dtype,
+                                        num_classes_, 2);
+  StepOptions so;
+  so.label_smoothing = static_cast<float>(cfg_.label_smoothing);
+  so.momentum = static_cast<float>(cfg_.momentum);
+  so.weight_decay = static_cast<float>(cfg_.weight_decay);
+  loss_scaling_ = mo.compute_dtype == DType::f16;
+  so.loss_scaling = loss_scaling_;
+  so.initial_loss_scale = static_cast<float>(cfg_.scale_loss);
+  so.scale.dynamic = cfg_.use_dynamic_loss_scaling;
+  so.use_graphs = !cfg_.no_cuda_graphs;
+  loss_scale_ = loss_scaling_ ? so.initial_loss_scale : 1.f;
+  step_ = std::make_unique<TrainStep>(*backend_, *model_, *input_, so);
+}
+
+void Trainer::check_amp_skips(int64_t at_step) {
+  if (!loss_scaling_) return;
+  const Tensor st = step_->read_state();
+  const float* s = st.data_as<const float>();
+  const auto skipped = static_cast<int64_t>(s[StepState::skipped_steps]);
+  loss_scale_ = s[StepState::loss_scale];
+  if (skipped > skipped_steps_)
+    std::cerr << fmt::format("amp: {} step(s) skipped for inf/NaN gradients before global step "
+                             "{} ({} in total); loss scale now {:g}\n",
+                             skipped - skipped_steps_, at_step, skipped, loss_scale_);
+  skipped_steps_ = skipped;
 }
 
 void Trainer::load_weights() {
@@ -182,7 +220,7 @@ void Trainer::load_weights() {
     RN50_CHECK(st.arch.empty() || st.arch == cfg_.arch,
                "--from-checkpoint '{}' holds a {} model but --arch is {}", resumed_from_, st.arch,
                cfg_.arch);
-    st = load_checkpoint(resumed_from_, *model_, *backend_, momentum_);
+    st = load_checkpoint(resumed_from_, *model_, *backend_, step_->momentum());
     resumed_epoch_ = st.epoch;
     start_epoch_ = st.epoch + 1;
     global_step_ = st.global_step;
@@ -214,6 +252,8 @@ void Trainer::write_config_line() {
   j["base_lr"] = sched_.base_lr;
   j["steps_per_epoch"] = steps_per_epoch_;
   j["backend"] = backend_->name();
+  j["resolved_device"] = device_.name;
+  j["compute_dtype"] = dtype_name(model_->options().compute_dtype);
   j["train.samples"] = train_ ? train_->num_samples() : 0;
   j["val.samples"] = val_ ? val_->num_samples() : 0;
   j["params"] = model_->num_params();
@@ -228,9 +268,17 @@ void Trainer::write_config_line() {
 void Trainer::run() {
   setup_data();
   setup_model();
-  out("rn50 {} {}: {} on {} ({} backend, {}), {} classes, batch {}{}\n", kRn50Version,
-      cfg_.benchmark ? "benchmark" : run_scope_name(cfg_.run_scope), cfg_.arch, cfg_.device,
-      backend_->name(), layout_name(cfg_.data_layout), num_classes_, cfg_.batch_size,
+  out("rn50 {} {}: {} on {} ({} backend, {}, {}), {} classes, batch {}{}\n", kRn50Version,
+      cfg_.benchmark ? "benchmark" : run_scope_name(cfg_.run_scope), cfg_.arch, device_.name,
+      backend_->name(), layout_name(cfg_.data_layout),
+      cfg_.amp ? fmt::format("amp {}{}", cfg_.amp_dtype,
+                             loss_scaling_ ? fmt::format(" loss scale {:g}{}", loss_scale_,
+                                                         cfg_.use_dynamic_loss_scaling
+                                                             ? " dynamic"
+                                                             : " static")
+                                           : std::string())
+               : std::string(cfg_.no_tf32 || backend_->name() != "cuda" ? "fp32" : "fp32/tf32"),
+      num_classes_, cfg_.batch_size,
       train_ ? fmt::format(", {} train images, {} steps/epoch, base lr {:.6g}",
                            train_->num_samples(), steps_per_epoch_, sched_.base_lr)
              : std::string());
@@ -266,32 +314,17 @@ void Trainer::run_eval_only() {
 
 void Trainer::train_step(const Batch& b, double lr, int64_t slot, MetricSums* topk_sums) {
   Backend& be = *backend_;
-  input_->load(b);
-  const Tensor& logits = model_->forward(input_->x(), /*train=*/true);
-  if (!probs_.defined() || probs_.shape() != logits.shape()) {
-    probs_ = be.alloc(logits.shape(), DType::f32);
-    dlogits_ = be.alloc(logits.shape(), DType::f32);
-  }
-  const auto eps = static_cast<float>(cfg_.label_smoothing);
-  be.softmax_xent_fwd(logits, input_->labels(), eps, loss_, probs_);
-  be.softmax_xent_bwd(probs_, input_->labels(), eps, 1.f, dlogits_);
+  const int s = input_->upload(b);
+  step_->run(s, lr);
+  input_->release(s);
+  Tensor dst = loss_hist_.slice0(slot, slot + 1);
+  be.copy(step_->loss(), dst);
   if (topk_sums) {
-    // Logits are still intact (backward writes gradients, not the forward output).
+    // The logits of the step stay intact (backward writes gradients, not the forward output).
+    const Tensor& logits = step_->logits();
     if (!host_logits_.defined() || host_logits_.shape() != logits.shape())
       host_logits_ = Tensor::empty(logits.shape(), DType::f32);
     be.copy(logits, host_logits_);
-  }
-  model_->backward(dlogits_);
-  SgdParams p;
-  p.lr = static_cast<float>(lr);
-  p.momentum = static_cast<float>(cfg_.momentum);
-  p.weight_decay = static_cast<float>(cfg_.weight_decay);
-  p.decay_count = model_->decay_count();
-  p.grad_scale = 1.f;
-  be.sgd_update(p, model_->param_slab(), model_->grad_slab(), momentum_);
-  Tensor dst = loss_hist_.slice0(slot, slot + 1);
-  be.copy(loss_, dst);
-  if (topk_sums) {
     be.synchronize();
     topk_sums->add_topk(topk_correct(host_logits_.data_as<float>(), b.size, num_classes_,
                                      b.labels.data_as<int32_t>()),
@@ -356,6 +389,7 @@ void Trainer::run_training() {
         interval_n += sizes[i];
       }
       const float last = losses.back();
+      check_amp_skips(global_step_);
       if (print) {
         const double el = seconds_between(t_epoch, Clock::now());
         const double per_step = el / static_cast<double>(step_in_epoch);
@@ -373,6 +407,10 @@ void Trainer::run_training() {
         j["train.loss_avg"] = json_number(interval_sum / static_cast<double>(interval_n));
         j["train.lr"] = lrs.back();
         j["train.ips"] = json_number(ips);
+        if (loss_scaling_) {
+          j["train.loss_scale"] = loss_scale_;
+          j["train.skipped_steps"] = skipped_steps_;
+        }
         report_.write(j);
       }
       sizes.clear();
@@ -403,7 +441,7 @@ void Trainer::run_training() {
     if (cfg_.save_interval > 0 && ((epoch + 1) % cfg_.save_interval == 0 || last_epoch)) {
       const std::string dir =
           (fs::path(cfg_.checkpoint_dir) / cfg_.arch / std::to_string(epoch)).string();
-      save_checkpoint(dir, *model_, *backend_, momentum_, make_state(epoch));
+      save_checkpoint(dir, *model_, *backend_, step_->momentum(), make_state(epoch));
       out("saved checkpoint {}\n", dir);
     }
     const bool do_eval = cfg_.run_scope == RunScope::train_eval &&
@@ -437,6 +475,10 @@ void Trainer::run_training() {
     j["train.data_time"] = meter.mean_data_time();
     j["train.compute_time"] = meter.mean_compute_time();
     j["train.bad_samples"] = bad;
+    if (loss_scaling_) {
+      j["train.loss_scale"] = loss_scale_;
+      j["train.skipped_steps"] = skipped_steps_;
+    }
     if (do_eval) {
       j["val.loss"] = json_number(ev.loss);
       j["val.top1"] = json_number(ev.top1);
@@ -474,6 +516,7 @@ void Trainer::run_benchmark() {
     meter.step(b.size, seconds_between(tw, td), seconds_between(td, Clock::now()));
     if (boundary) {
       last_loss = read_losses(1)[0];
+      check_amp_skips(global_step_);
       out("benchmark step {}/{}{} loss {:.4f} lr {:.6g}{}\n", i + 1, warm + steps,
           i < warm ? " (warmup)" : "", last_loss, lr,
           meter.measured_steps() ? fmt::format(" img/s {:.1f}", meter.ips()) : std::string());
@@ -498,6 +541,15 @@ void Trainer::run_benchmark() {
   j["crop_size"] = cfg_.crop_size;
   j["data_layout"] = layout_name(cfg_.data_layout);
   j["backend"] = backend_->name();
+  j["device"] = device_.name;
+  j["precision"] = cfg_.amp ? std::string("amp_") + cfg_.amp_dtype
+                            : std::string(cfg_.no_tf32 || backend_->name() != "cuda" ? "fp32"
+                                                                                      : "tf32");
+  j["graph_replayed_steps"] = step_->replayed_steps();
+  if (loss_scaling_) {
+    j["train.loss_scale"] = loss_scale_;
+    j["train.skipped_steps"] = skipped_steps_;
+  }
   report_.write(j);
 }
 

@@ -1,0 +1,97 @@
+#include "train/train_step.h"
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace rn50 {
+
+TrainStep::TrainStep(Backend& backend, ResNet& model, InputStage& input, const StepOptions& opt)
+    : be_(backend), model_(model), input_(input), opt_(opt) {
+  state_ = be_.alloc({StepState::size}, DType::f32);
+  momentum_ = be_.alloc({model_.num_params()}, DType::f32);
+  be_.zero(momentum_);
+  loss_ = be_.alloc({1}, DType::f32);
+  lr_host_ = be_.alloc_host({1}, DType::f32);
+  set_loss_scale(opt_.loss_scaling ? opt_.initial_loss_scale : 1.f, 0.f);
+}
+
+TrainStep::~TrainStep() = default;
+
+void TrainStep::set_loss_scale(float scale, float skipped_steps) {
+  RN50_CHECK(scale > 0.f && std::isfinite(scale), "loss scale must be a positive number, got {}",
+             scale);
+  Tensor h = Tensor::zeros({StepState::size}, DType::f32);
+  float* s = h.data_as<float>();
+  s[StepState::loss_scale] = scale;
+  s[StepState::inv_loss_scale] = 1.f / scale;
+  s[StepState::skipped_steps] = skipped_steps;
+  be_.copy(h, state_);
+  be_.synchronize();
+}
+
+Tensor TrainStep::read_state() {
+  Tensor h = Tensor::empty({StepState::size}, DType::f32);
+  be_.copy(state_, h);
+  be_.synchronize();
+  return h;
+}
+
+const Tensor& TrainStep::logits() const {
+  // The model keeps its forward output until the next forward (backward does not touch it).
+  return model_.forward_output();
+}
+
+void TrainStep::queue_step(int slot) {
+  input_.normalize(slot);
+  const Tensor& logits = model_.forward(input_.x(), /*train=*/true);
+  if (!probs_.defined() || probs_.shape() != logits.shape()) {
+    probs_ = be_.alloc(logits.shape(), DType::f32);
+    dlogits_ = be_.alloc(logits.shape(), DType::f32);
+  }
+  const Tensor& labels = input_.labels(slot);
+  be_.softmax_xent_fwd(logits, labels, opt_.label_smoothing, loss_, probs_);
+  be_.softmax_xent_bwd(probs_, labels, opt_.label_smoothing, 1.f, dlogits_, state_);
+  model_.backward(dlogits_);
+  if (opt_.loss_scaling) be_.check_finite(model_.grad_slab(), state_);
+  SgdParams p;
+  p.momentum = opt_.momentum;
+  p.weight_decay = opt_.weight_decay;
+  p.decay_count = model_.decay_count();
+  p.state = state_;
+  be_.sgd_update(p, model_.param_slab(), model_.grad_slab(), momentum_);
+  if (opt_.loss_scaling) be_.update_loss_scale(opt_.scale, state_);
+  model_.refresh_compute_params();
+}
+
+void TrainStep::run(int slot, double lr) {
+  // The only per-step host input: the lr, copied into the device step state.
+  lr_host_.data_as<float>()[0] = static_cast<float>(lr);
+  Tensor lr_dev = state_.slice0(StepState::lr, StepState::lr + 1);
+  be_.copy(lr_host_, lr_dev);
+
+  auto g = graphs_.find(slot);
+  if (g != graphs_.end()) {
+    g->second->replay();
+    model_.add_batches_tracked(1);  // forward() does not run on the host during a replay
+    ++replayed_;
+    return;
+  }
+  // Record after one eager step with this slot: every algorithm, plan and workspace exists.
+  if (opt_.use_graphs && can_record_ && eager_runs_[slot] >= 1) {
+    std::unique_ptr<Graph> rec = be_.capture([&] { queue_step(slot); });
+    if (rec) {
+      model_.add_batches_tracked(-1);  // the recording ran forward() without a real step
+      rec->replay();
+      model_.add_batches_tracked(1);
+      ++replayed_;
+      graphs_[slot] = std::move(rec);
+      return;
+    }
+    can_record_ = false;  // the backend cannot record (CPU): stay eager
+  }
+  queue_step(slot);
+  ++eager_runs_[slot];
+}
+
+}  // namespace rn50

@@ -1,0 +1,78 @@
+// rn50: one training step, entirely on the backend's device (no host in the loop):
+//   normalize_u8(slot images) -> forward(train) -> softmax_xent_fwd/bwd (label smoothing, the
+//   loss scale read from the step state) -> backward -> [AMP: check_finite of the f32 gradient
+//   slab] -> sgd_update (lr and 1/loss scale from the step state, skipped on overflow) ->
+//   [AMP: update_loss_scale] -> refresh_compute_params.
+// The per-step scalars live in a device step state (StepState); the host writes only the lr
+// before each step. On backends that can record (CUDA), the step for each input slot runs
+// eagerly once (cuDNN algorithm search, workspace growth) and is then recorded once as a graph
+// and replayed: one launch per step.
+//
+// AMP (DLE --amp): fp16 with dynamic loss scaling as torch.cuda.amp.GradScaler (init scale
+// --scale-loss, growth x2 every 2000 finite steps, backoff x0.5 and the step skipped on an
+// inf/NaN gradient); bf16 without scaling (torch autocast bf16 needs none).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+
+#include "rn50/backend.h"
+#include "rn50/model.h"
+#include "train/input.h"
+
+namespace rn50 {
+
+struct StepOptions {
+  float label_smoothing = 0.1f;
+  float momentum = 0.875f;
+  float weight_decay = 3.0517578125e-05f;
+  /// Loss scaling with overflow checks (fp16 AMP). false: scale fixed at initial_loss_scale and
+  /// no check (f32, bf16).
+  bool loss_scaling = false;
+  float initial_loss_scale = 1.f;
+  LossScaleParams scale;
+  /// Record the step as a graph and replay it when the backend can (CUDA).
+  bool use_graphs = true;
+};
+
+class TrainStep {
+ public:
+  /// Allocates the step state, the momentum slab (zeroed) and the loss buffers on the backend.
+  TrainStep(Backend& backend, ResNet& model, InputStage& input, const StepOptions& opt);
+  ~TrainStep();
+
+  /// Queues one step on the images and labels uploaded into input slot `slot`, with learning
+  /// rate lr. Returns without waiting for the device.
+  void run(int slot, double lr);
+  /// f32 {1} on the device: the (unscaled) mean loss of the last step.
+  const Tensor& loss() const { return loss_; }
+  /// f32 (N, classes) on the device: the logits of the last step (f32 even under AMP).
+  const Tensor& logits() const;
+  /// The momentum slab (f32, num_params), for checkpoints.
+  Tensor& momentum() { return momentum_; }
+  /// The device step state (f32, StepState::size).
+  Tensor& state() { return state_; }
+  /// Host copy of the step state (synchronises the backend).
+  Tensor read_state();
+  /// Sets the loss scale state (resume: the scale and skip count from a checkpoint).
+  void set_loss_scale(float scale, float skipped_steps);
+  /// Steps replayed from a recorded graph so far (0 on CPU backends).
+  int64_t replayed_steps() const { return replayed_; }
+  bool graphs_active() const { return !graphs_.empty(); }
+
+ private:
+  void queue_step(int slot);
+
+  Backend& be_;
+  ResNet& model_;
+  InputStage& input_;
+  StepOptions opt_;
+  Tensor state_, momentum_, loss_, probs_, dlogits_, lr_host_;
+  std::map<int, int> eager_runs_;                  ///< slot -> eager steps run
+  std::map<int, std::unique_ptr<Graph>> graphs_;   ///< slot -> recorded step
+  bool can_record_ = true;
+  int64_t replayed_ = 0;
+};
+
+}  // namespace rn50
