@@ -1,34 +1,51 @@
 #!/usr/bin/env bash
 # Training throughput, rn50 vs the PyTorch peer, in the same run on the same machine.
 #   bench/train_vs_torch.sh [BATCH] [CROP] [STEPS] [WARMUP]      (defaults 32 224 10 2)
+# Environment: PRECISION fp32 (default) | fp16 | bf16 (rn50 --amp [--amp-dtype bf16]; the peer's
+# --precision), DEVICE auto (default) | cpu | cuda, REPEATS (default 3), BUILD_DIR (build).
 # Runs `rn50 train --benchmark --data synthetic` and `torch_reference.py --bench train
-# --channels-last` (fp32) alternately REPEATS times (default 3) and prints the median images/s of
-# each and the ratio. Needs a build in ${BUILD_DIR:-build} and ../shared/peers beside the repo.
+# --channels-last` alternately REPEATS times and prints the median images/s of each and the
+# ratio (fp32 on a GPU means TF32 on both sides: the peer enables it, rn50 allows it by default).
+# Needs ../shared/peers beside the repo (or PEER=path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-32}; C=${2:-224}; S=${3:-10}; W=${4:-2}; R=${REPEATS:-3}
+P=${PRECISION:-fp32}; D=${DEVICE:-auto}
 RN50=${BUILD_DIR:-build}/rn50
 PEER=${PEER:-../shared/peers/torch_reference.py}
 PY=${PYTHON:-/usr/bin/python3}
+case "$P" in
+  fp32) AMP=() ;;
+  fp16) AMP=(--amp) ;;
+  bf16) AMP=(--amp --amp-dtype bf16) ;;
+  *) echo "PRECISION must be fp32, fp16 or bf16, got '$P'" >&2; exit 2 ;;
+esac
+PEER_DEV=()
+[ "$D" != auto ] && PEER_DEV=(--device "$D")
 out=$(mktemp -d)
 for i in $(seq "$R"); do
-  "$RN50" train --benchmark --data synthetic --batch-size "$B" --crop-size "$C" \
-    --benchmark-steps "$S" --benchmark-warmup-steps "$W" --report-file "$out/rn50_$i.jsonl" > "$out/rn50_$i.log"
-  "$PY" "$PEER" --bench train --batch-size "$B" --crop-size "$C" --channels-last \
-    --steps "$S" --warmup-steps "$W" > "$out/torch_$i.jsonl"
+  "$RN50" train --benchmark --data synthetic --device "$D" "${AMP[@]}" --batch-size "$B" \
+    --crop-size "$C" --benchmark-steps "$S" --benchmark-warmup-steps "$W" \
+    --report-file "$out/rn50_$i.jsonl" > "$out/rn50_$i.log"
+  "$PY" "$PEER" --bench train "${PEER_DEV[@]}" --precision "$P" --batch-size "$B" --crop-size "$C" \
+    --channels-last --steps "$S" --warmup-steps "$W" > "$out/torch_$i.jsonl"
 done
-"$PY" - "$out" "$R" "$B" "$C" <<'PY'
-import json, statistics, sys, glob
-out, r, b, c = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-def ips(path, key):
+"$PY" - "$out" "$R" "$B" "$C" "$P" <<'PY'
+import json, statistics, sys
+out, r, b, c, p = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+def bench_line(path):
     for line in open(path):
         d = json.loads(line)
-        if key in d and d.get("type", "benchmark") == "benchmark":
-            return d[key]
-    raise SystemExit(f"no {key} in {path}")
-ours = [ips(f"{out}/rn50_{i}.jsonl", "train.ips") for i in range(1, r + 1)]
-peer = [ips(f"{out}/torch_{i}.jsonl", "ips") for i in range(1, r + 1)]
-mo, mp = statistics.median(ours), statistics.median(peer)
-print(f"train fp32 batch {b} crop {c}: rn50 {mo:.2f} img/s (runs {', '.join(f'{x:.2f}' for x in ours)}), "
-      f"torch channels_last {mp:.2f} img/s (runs {', '.join(f'{x:.2f}' for x in peer)}), ratio {mo / mp:.2f}x")
+        if d.get("type", "benchmark") == "benchmark":
+            return d
+    raise SystemExit(f"no benchmark line in {path}")
+ours = [bench_line(f"{out}/rn50_{i}.jsonl") for i in range(1, r + 1)]
+peer = [bench_line(f"{out}/torch_{i}.jsonl") for i in range(1, r + 1)]
+oi, pi = [d["train.ips"] for d in ours], [d["ips"] for d in peer]
+mo, mp = statistics.median(oi), statistics.median(pi)
+dev = ours[0].get("device", "?")
+mem = ours[-1].get("gpu_memory_used_bytes")
+print(f"train {p} batch {b} crop {c} on {dev}: rn50 {mo:.2f} img/s (runs {', '.join(f'{x:.2f}' for x in oi)}), "
+      f"torch channels_last {mp:.2f} img/s (runs {', '.join(f'{x:.2f}' for x in pi)}), ratio {mo / mp:.2f}x"
+      + (f"; rn50 GPU memory in use {mem / 2**30:.2f} GiB" if mem else ""))
 PY

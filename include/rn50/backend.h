@@ -131,6 +131,10 @@ class Backend {
   virtual void zero(Tensor& dst) = 0;
   /// Wait until all work queued on this backend is done (no-op on synchronous CPU backends).
   virtual void synchronize() = 0;
+  /// Device memory in use, in bytes (CUDA: cudaMemGetInfo's total - free, i.e. what the GPU has
+  /// allocated for every process, the CUDA context and library handles included); -1 on host
+  /// backends.
+  virtual int64_t device_memory_used_bytes() const { return -1; }
   /// Host memory that copy() moves to and from the device fastest and asynchronously (pinned
   /// memory on CUDA). CPU backends return Tensor::empty.
   virtual Tensor alloc_host(std::vector<int64_t> shape, DType dtype,

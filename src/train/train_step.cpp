@@ -12,7 +12,9 @@ TrainStep::TrainStep(Backend& backend, ResNet& model, InputStage& input, const S
   momentum_ = be_.alloc({model_.num_params()}, DType::f32);
   be_.zero(momentum_);
   loss_ = be_.alloc({1}, DType::f32);
-  lr_host_ = be_.alloc_host({1}, DType::f32);
+  // Pageable on purpose: a copy from pageable memory is staged before copy() returns, so the
+  // next step may overwrite the value at once (pinned memory would be read when the copy runs).
+  lr_host_ = Tensor::empty({1}, DType::f32);
   set_loss_scale(opt_.loss_scaling ? opt_.initial_loss_scale : 1.f, 0.f);
 }
 

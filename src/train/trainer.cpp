@@ -546,6 +546,12 @@ void Trainer::run_benchmark() {
                             : std::string(cfg_.no_tf32 || backend_->name() != "cuda" ? "fp32"
                                                                                       : "tf32");
   j["graph_replayed_steps"] = step_->replayed_steps();
+  const int64_t mem = backend_->device_memory_used_bytes();
+  if (mem >= 0) {
+    j["gpu_memory_used_bytes"] = mem;
+    out("benchmark: GPU memory in use {:.2f} GiB (device total - free, CUDA context "
+        "included)\n", static_cast<double>(mem) / (1 << 30));
+  }
   if (loss_scaling_) {
     j["train.loss_scale"] = loss_scale_;
     j["train.skipped_steps"] = skipped_steps_;

@@ -1,0 +1,401 @@
+// rn50 CUDA backend: 2-D convolution forward, backward data and backward filter on cuDNN 9's
+// legacy convolution API (cudnnConvolutionForward / BackwardData / BackwardFilter).
+//
+// Each call maps to a ConvPlan (plans.h) keyed by direction, the three tensors (dtype, logical
+// shape, layout, pointer alignment), stride and pad. On the first call with a key the plan's descriptors are built
+// and the algorithm is chosen ONCE by cudnnFind*AlgorithmEx on the caller's tensors: the
+// fastest result whose status is success, whose workspace fits kWorkspaceCap and whose math
+// type is allowed (no TF32 for F32 when BackendOptions::allow_tf32 is false). The shared
+// workspace is grown to the plan's need then; later calls neither allocate nor synchronise,
+// so they can be recorded into a CUDA graph.
+//
+// Descriptors: activations with cudnnSetTensor4dDescriptor (CUDNN_TENSOR_NCHW / _NHWC), the
+// filter with cudnnSetFilter4dDescriptor (NCHW = KCRS = torchvision OIHW, NHWC = KRSC);
+// convolution: pad, stride, dilation 1, CUDNN_CROSS_CORRELATION (what torch calls conv2d),
+// compute type CUDNN_DATA_FLOAT for every dtype (F16 / BF16 data with F32 accumulation), math
+// type CUDNN_TENSOR_OP_MATH for F16 / BF16 and, for F32, CUDNN_DEFAULT_MATH (TF32 allowed) or
+// CUDNN_FMA_MATH (--no-tf32). After the search the descriptor takes the math type of the chosen
+// result (cuDNN selects kernels by algorithm + math type).
+//
+// Layouts: cuDNN sees all three operands in one compute layout, that of the main activation
+// operand (x for forward and backward filter, dy for backward data). An operand stored in the
+// other layout (e.g. OIHW weights with NHWC activations, or an output requested in the other
+// layout) is converted into / out of the plan's scratch buffers. If cuDNN has no algorithm for
+// the configuration in NCHW, the plan retries with every operand in NHWC.
+// Outputs are overwritten (alpha 1, beta 0; float scalars for F32/F16/BF16 data).
+#include <fmt/format.h>
+
+#include <climits>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/plans.h"
+#include "core/check.h"
+
+namespace rn50::cuda {
+
+ConvPlan::~ConvPlan() {
+  if (conv) (void)cudnnDestroyConvolutionDescriptor(conv);
+  if (w) (void)cudnnDestroyFilterDescriptor(w);
+  if (y) (void)cudnnDestroyTensorDescriptor(y);
+  if (x) (void)cudnnDestroyTensorDescriptor(x);
+}
+
+namespace {
+
+/// Largest workspace an algorithm may use (shared by all convolutions and the fc layer).
+constexpr size_t kWorkspaceCap = size_t{1} << 30;
+
+enum class Dir { fwd, bwd_data, bwd_filter };
+
+/// Names of the operands in the three roles of a direction: the x role (x or dx), the w role
+/// (w or dw) and the y role (y or dy), and which role is the output.
+struct Roles {
+  const char* op;
+  const char* x;
+  const char* w;
+  const char* y;
+  int out;  // 0 = x role, 1 = w role, 2 = y role
+};
+
+Roles roles(Dir d) {
+  switch (d) {
+    case Dir::fwd: return {"conv2d_fwd", "x", "w", "y", 2};
+    case Dir::bwd_data: return {"conv2d_bwd_data", "dx", "w", "dy", 0};
+    case Dir::bwd_filter: return {"conv2d_bwd_weights", "x", "dw", "dy", 1};
+  }
+  return {"conv2d", "x", "w", "y", 2};
+}
+
+/// Sizes of one convolution: x (N,C,H,W), w (K,C,R,S), y (N,K,OH,OW).
+struct Geo {
+  int64_t N, C, H, W, K, R, S, OH, OW;
+};
+
+/// Validates the three role tensors of direction `d` (device, rank, dtype, shapes, int range)
+/// and returns the sizes. OH = (H + 2*pad - R) / stride + 1 (floor), likewise OW.
+Geo conv_geo(const CudaBackend& be, Dir d, const Conv2dParams& p, const Tensor& x,
+             const Tensor& w, const Tensor& y) {
+  const Roles r = roles(d);
+  be.check_device(r.op, r.x, x);
+  be.check_device(r.op, r.w, w);
+  be.check_device(r.op, r.y, y);
+  RN50_CHECK(x.ndim() == 4 && w.ndim() == 4 && y.ndim() == 4,
+             "cuda {}: expected 4-D tensors, got {} {}, {} {}, {} {}", r.op, r.x, x.str(), r.w,
+             w.str(), r.y, y.str());
+  RN50_CHECK(p.stride >= 1 && p.pad >= 0, "cuda {}: bad stride {} / pad {}", r.op, p.stride,
+             p.pad);
+  const DType dt = x.dtype();
+  RN50_CHECK((dt == DType::f32 || dt == DType::f16 || dt == DType::bf16) && w.dtype() == dt &&
+                 y.dtype() == dt,
+             "cuda {}: {} {}, {} {} and {} {} must share one dtype of F32, F16, BF16", r.op, r.x,
+             x.str(), r.w, w.str(), r.y, y.str());
+  Geo g{x.n(), x.c(), x.h(), x.w(), w.n(), w.h(), w.w(), 0, 0};
+  g.OH = (g.H + 2 * p.pad - g.R) / p.stride + 1;
+  g.OW = (g.W + 2 * p.pad - g.S) / p.stride + 1;
+  RN50_CHECK(w.c() == g.C && g.R >= 1 && g.S >= 1 && g.H + 2 * p.pad >= g.R &&
+                 g.W + 2 * p.pad >= g.S && g.OH > 0 && g.OW > 0,
+             "cuda {}: {} {} does not match {} {} (stride {}, pad {})", r.op, r.x, x.str(), r.w,
+             w.str(), p.stride, p.pad);
+  RN50_CHECK(y.shape() == std::vector<int64_t>({g.N, g.K, g.OH, g.OW}),
+             "cuda {}: {} is {}, expected [{},{},{},{}] for {} {}, {} {} (stride {}, pad {})",
+             r.op, r.y, y.str(), g.N, g.K, g.OH, g.OW, r.x, x.str(), r.w, w.str(), p.stride,
+             p.pad);
+  // cuDNN's 4-D descriptors take int sizes and strides.
+  RN50_CHECK(x.numel() <= INT_MAX && y.numel() <= INT_MAX && w.numel() <= INT_MAX,
+             "cuda {}: tensors of more than 2^31-1 elements are not supported ({} {}, {} {})",
+             r.op, r.x, x.str(), r.y, y.str());
+  return g;
+}
+
+cudnnTensorFormat_t format_of(Layout l) {
+  return l == Layout::NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+}
+
+/// The math type requested on the convolution descriptor (see the file comment).
+cudnnMathType_t requested_math(DType dt, bool tf32) {
+  if (dt == DType::f32) return tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  return CUDNN_TENSOR_OP_MATH;
+}
+
+/// Whether a search result with math type `m` is acceptable: F32 without TF32 only runs FMA
+/// kernels; down-conversion of the data (ALLOW_CONVERSION) is only harmless for F16 data.
+bool math_allowed(cudnnMathType_t m, DType dt, bool tf32) {
+  if (dt == DType::f32 && !tf32) return m == CUDNN_FMA_MATH;
+  if (m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return dt == DType::f16;
+  return true;
+}
+
+/// Index of the fastest acceptable search result, or -1; `why` lists every result otherwise.
+template <class Perf>
+int pick(const std::vector<Perf>& res, int n, DType dt, bool tf32, std::string& why) {
+  int best = -1;
+  for (int i = 0; i < n; ++i) {
+    const Perf& r = res[i];
+    const bool ok = r.status == CUDNN_STATUS_SUCCESS && r.memory <= kWorkspaceCap &&
+                    r.time >= 0 && math_allowed(r.mathType, dt, tf32);
+    if (ok && (best < 0 || r.time < res[best].time)) best = i;
+    why += fmt::format("{}algo {} math {}: {} ({} bytes, {} ms)", why.empty() ? "" : "; ",
+                       static_cast<int>(r.algo), static_cast<int>(r.mathType),
+                       cudnnGetErrorString(r.status), r.memory, r.time);
+  }
+  return best;
+}
+
+/// A role operand as cuDNN sees it: the caller's tensor when its memory order already matches
+/// the plan's layout, else a view of the plan's scratch buffer `tmp` in that layout.
+Tensor in_layout(const CudaBackend& be, const Tensor& t, Layout l, DeviceBuffer& tmp) {
+  if (same_order(t, l)) return t;
+  return Tensor::view(tmp.ensure(t.nbytes()), t.shape(), t.dtype(), l, be.device());
+}
+
+/// The three role operands of one call in the plan's layout; inputs stored in the other layout
+/// are converted now, the output is converted back by finish().
+struct Operands {
+  Tensor x, w, y;
+};
+
+Operands prepare(CudaBackend& be, ConvPlan& plan, int out, const Tensor& x, const Tensor& w,
+                 const Tensor& y) {
+  Operands o{in_layout(be, x, plan.layout, plan.x_tmp), in_layout(be, w, plan.layout, plan.w_tmp),
+             in_layout(be, y, plan.layout, plan.y_tmp)};
+  if (out != 0 && o.x.data() != x.data()) be.convert_on_device(x, o.x);
+  if (out != 1 && o.w.data() != w.data()) be.convert_on_device(w, o.w);
+  if (out != 2 && o.y.data() != y.data()) be.convert_on_device(y, o.y);
+  return o;
+}
+
+/// Converts the output role back into the caller's tensor when it went through scratch.
+void finish(CudaBackend& be, int out, const Operands& o, const Tensor& x, const Tensor& w,
+            const Tensor& y) {
+  const Tensor& got = out == 0 ? o.x : out == 1 ? o.w : o.y;
+  const Tensor& want = out == 0 ? x : out == 1 ? w : y;
+  if (got.data() == want.data()) return;
+  Tensor dst = want;  // a handle to the caller's memory
+  be.convert_on_device(got, dst);
+}
+
+/// Builds the descriptors of a plan in layout `l`.
+std::unique_ptr<ConvPlan> make_plan(const CudaBackend& be, Layout l, DType dt, const Geo& g,
+                                    const Conv2dParams& p) {
+  auto plan = std::make_unique<ConvPlan>();
+  plan->layout = l;
+  const cudnnDataType_t cdt = cudnn_dtype(dt);
+  RN50_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->x));
+  RN50_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->x, format_of(l), cdt, int(g.N), int(g.C),
+                                              int(g.H), int(g.W)));
+  RN50_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->y));
+  RN50_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->y, format_of(l), cdt, int(g.N), int(g.K),
+                                              int(g.OH), int(g.OW)));
+  RN50_CUDNN_CHECK(cudnnCreateFilterDescriptor(&plan->w));
+  RN50_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan->w, cdt, format_of(l), int(g.K), int(g.C),
+                                              int(g.R), int(g.S)));
+  RN50_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&plan->conv));
+  RN50_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(plan->conv, p.pad, p.pad, p.stride, p.stride,
+                                                   1, 1, CUDNN_CROSS_CORRELATION,
+                                                   CUDNN_DATA_FLOAT));
+  RN50_CUDNN_CHECK(cudnnSetConvolutionMathType(plan->conv, requested_math(dt, be.allow_tf32())));
+  int n = 0, c = 0, h = 0, w = 0;
+  RN50_CUDNN_CHECK(
+      cudnnGetConvolution2dForwardOutputDim(plan->conv, plan->x, plan->w, &n, &c, &h, &w));
+  RN50_CHECK(n == g.N && c == g.K && h == g.OH && w == g.OW,
+             "cuda conv2d: cuDNN output size [{},{},{},{}] differs from [{},{},{},{}]", n, c, h,
+             w, g.N, g.K, g.OH, g.OW);
+  return plan;
+}
+
+/// Largest workspace (<= kWorkspaceCap) any algorithm of direction `d` reports for the plan's
+/// descriptors; algorithms that do not support the configuration are skipped.
+size_t max_workspace(cudnnHandle_t h, Dir d, const ConvPlan& plan) {
+  size_t most = 0;
+  auto take = [&](cudnnStatus_t st, size_t sz) {
+    if (st == CUDNN_STATUS_SUCCESS && sz <= kWorkspaceCap && sz > most) most = sz;
+  };
+  size_t sz = 0;
+  switch (d) {
+    case Dir::fwd:
+      for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; ++a) {
+        sz = 0;
+        take(cudnnGetConvolutionForwardWorkspaceSize(h, plan.x, plan.w, plan.conv, plan.y,
+                                                     cudnnConvolutionFwdAlgo_t(a), &sz),
+             sz);
+      }
+      break;
+    case Dir::bwd_data:
+      for (int a = 0; a < CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT; ++a) {
+        sz = 0;
+        take(cudnnGetConvolutionBackwardDataWorkspaceSize(h, plan.w, plan.y, plan.conv, plan.x,
+                                                          cudnnConvolutionBwdDataAlgo_t(a), &sz),
+             sz);
+      }
+      break;
+    case Dir::bwd_filter:
+      for (int a = 0; a < CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT; ++a) {
+        sz = 0;
+        take(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                 h, plan.x, plan.y, plan.conv, plan.w, cudnnConvolutionBwdFilterAlgo_t(a), &sz),
+             sz);
+      }
+      break;
+  }
+  return most;
+}
+
+/// Runs the algorithm search of direction `d` on the prepared operands and stores the choice
+/// in the plan. Returns false (with `why` filled) when no acceptable algorithm exists.
+bool find_algo(CudaBackend& be, Dir d, DType dt, ConvPlan& plan, const Operands& o,
+               std::string& why) {
+  cudnnHandle_t h = be.cudnn();
+  const bool tf32 = be.allow_tf32();
+  const size_t ws_size = max_workspace(h, d, plan);
+  void* ws = be.workspace.ensure(ws_size);
+  int count = 0, got = 0, best = -1;
+  cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  switch (d) {
+    case Dir::fwd: {
+      RN50_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &count));
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> res(static_cast<size_t>(count > 0 ? count : 1));
+      st = cudnnFindConvolutionForwardAlgorithmEx(h, plan.x, o.x.data(), plan.w, o.w.data(),
+                                                  plan.conv, plan.y, o.y.data(), count, &got,
+                                                  res.data(), ws, ws_size);
+      if (st != CUDNN_STATUS_SUCCESS) break;
+      best = pick(res, got, dt, tf32, why);
+      if (best >= 0) {
+        plan.fwd_algo = res[best].algo;
+        plan.ws_bytes = res[best].memory;
+        math = res[best].mathType;
+      }
+      break;
+    }
+    case Dir::bwd_data: {
+      RN50_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &count));
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> res(
+          static_cast<size_t>(count > 0 ? count : 1));
+      st = cudnnFindConvolutionBackwardDataAlgorithmEx(h, plan.w, o.w.data(), plan.y,
+                                                       o.y.data(), plan.conv, plan.x,
+                                                       o.x.data(), count, &got, res.data(), ws,
+                                                       ws_size);
+      if (st != CUDNN_STATUS_SUCCESS) break;
+      best = pick(res, got, dt, tf32, why);
+      if (best >= 0) {
+        plan.bwd_data_algo = res[best].algo;
+        plan.ws_bytes = res[best].memory;
+        math = res[best].mathType;
+      }
+      break;
+    }
+    case Dir::bwd_filter: {
+      RN50_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &count));
+      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> res(
+          static_cast<size_t>(count > 0 ? count : 1));
+      st = cudnnFindConvolutionBackwardFilterAlgorithmEx(h, plan.x, o.x.data(), plan.y,
+                                                         o.y.data(), plan.conv, plan.w,
+                                                         o.w.data(), count, &got, res.data(), ws,
+                                                         ws_size);
+      if (st != CUDNN_STATUS_SUCCESS) break;
+      best = pick(res, got, dt, tf32, why);
+      if (best >= 0) {
+        plan.bwd_filter_algo = res[best].algo;
+        plan.ws_bytes = res[best].memory;
+        math = res[best].mathType;
+      }
+      break;
+    }
+  }
+  if (st != CUDNN_STATUS_SUCCESS) {
+    why = fmt::format("the algorithm search failed with {}", cudnnGetErrorString(st));
+    return false;
+  }
+  if (best < 0) {
+    if (why.empty()) why = "no algorithm returned";
+    return false;
+  }
+  RN50_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, math));
+  plan.found = true;
+  return true;
+}
+
+/// The plan of one call: cached, or built and searched now (first call with this key).
+ConvPlan& get_plan(CudaBackend& be, Dir d, const Conv2dParams& p, const Geo& g, const Tensor& x,
+                   const Tensor& w, const Tensor& y) {
+  const Roles r = roles(d);
+  const std::string key =
+      fmt::format("{} {}={}@{} {}={}@{} {}={}@{} s{} p{}", r.op, r.x, x.str(), alignment(x.data()),
+                  r.w, w.str(), alignment(w.data()), r.y, y.str(), alignment(y.data()), p.stride,
+                  p.pad);
+  auto it = be.conv_plans.find(key);
+  if (it != be.conv_plans.end()) return *it->second;
+
+  const DType dt = x.dtype();
+  const Layout main = d == Dir::bwd_data ? y.layout() : x.layout();
+  // The main layout first; NCHW falls back to NHWC (cuDNN's best-supported layout).
+  std::vector<Layout> tries{main};
+  if (main == Layout::NCHW) tries.push_back(Layout::NHWC);
+  std::string failures;
+  for (Layout l : tries) {
+    std::unique_ptr<ConvPlan> plan = make_plan(be, l, dt, g, p);
+    const Operands o = prepare(be, *plan, r.out, x, w, y);
+    std::string why;
+    if (find_algo(be, d, dt, *plan, o, why))
+      return *be.conv_plans.emplace(key, std::move(plan)).first->second;
+    failures += fmt::format("{}in {}: {}", failures.empty() ? "" : " | ", layout_name(l), why);
+    // The conversions queued into this plan's scratch must finish before it is freed.
+    RN50_CUDA_CHECK(cudaStreamSynchronize(be.stream()));
+  }
+  RN50_FAIL("cuda {}: cuDNN has no usable algorithm for {}={} {}={} {}={} (stride {}, pad {}, "
+            "{}TF32): {}",
+            r.op, r.x, x.str(), r.w, w.str(), r.y, y.str(), p.stride, p.pad,
+            be.allow_tf32() ? "" : "no ", failures);
+}
+
+/// One convolution call of direction `d` on the role tensors (x role, w role, y role).
+void run_conv(CudaBackend& be, Dir d, const Conv2dParams& p, const Tensor& x, const Tensor& w,
+              const Tensor& y) {
+  const Geo g = conv_geo(be, d, p, x, w, y);
+  ConvPlan& plan = get_plan(be, d, p, g, x, w, y);
+  const int out = roles(d).out;
+  const Operands o = prepare(be, plan, out, x, w, y);
+  void* ws = be.workspace.ensure(plan.ws_bytes);
+  const float alpha = 1.f, beta = 0.f;
+  switch (d) {
+    case Dir::fwd:
+      RN50_CUDNN_CHECK(cudnnConvolutionForward(be.cudnn(), &alpha, plan.x, o.x.data(), plan.w,
+                                               o.w.data(), plan.conv, plan.fwd_algo, ws,
+                                               plan.ws_bytes, &beta, plan.y, o.y.data()));
+      break;
+    case Dir::bwd_data:
+      RN50_CUDNN_CHECK(cudnnConvolutionBackwardData(be.cudnn(), &alpha, plan.w, o.w.data(),
+                                                    plan.y, o.y.data(), plan.conv,
+                                                    plan.bwd_data_algo, ws, plan.ws_bytes, &beta,
+                                                    plan.x, o.x.data()));
+      break;
+    case Dir::bwd_filter:
+      RN50_CUDNN_CHECK(cudnnConvolutionBackwardFilter(be.cudnn(), &alpha, plan.x, o.x.data(),
+                                                      plan.y, o.y.data(), plan.conv,
+                                                      plan.bwd_filter_algo, ws, plan.ws_bytes,
+                                                      &beta, plan.w, o.w.data()));
+      break;
+  }
+  finish(be, out, o, x, w, y);
+}
+
+}  // namespace
+
+void CudaBackend::conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w,
+                             Tensor& y) {
+  run_conv(*this, Dir::fwd, p, x, w, y);
+}
+
+void CudaBackend::conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
+                                  Tensor& dx) {
+  run_conv(*this, Dir::bwd_data, p, dx, w, dy);
+}
+
+void CudaBackend::conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
+                                     Tensor& dw) {
+  run_conv(*this, Dir::bwd_filter, p, x, dw, dy);
+}
+
+}  // namespace rn50::cuda

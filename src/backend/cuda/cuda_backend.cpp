@@ -1,0 +1,434 @@
+// rn50 CUDA backend: device selection, streams and library handles, memory (device and pinned
+// host), copies between host and device with dtype/layout conversion, the asynchronous input
+// upload of the next batch, CUDA graph capture, supports(), and the functions the registry
+// calls (make_cuda_backend, cuda_device_count, cuda_unavailable_reason).
+// The ops live in conv.cpp, linear.cpp and the *.cu kernel files (see cuda_backend.h).
+#include <cstring>
+#include <exception>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/plans.h"
+#include "core/check.h"
+
+namespace rn50 {
+namespace cuda {
+
+// ---------------------------------------------------------------- dtype mapping (cuda_util.h)
+
+cudnnDataType_t cudnn_dtype(DType t) {
+  switch (t) {
+    case DType::f32: return CUDNN_DATA_FLOAT;
+    case DType::f16: return CUDNN_DATA_HALF;
+    case DType::bf16: return CUDNN_DATA_BFLOAT16;
+    case DType::f64: return CUDNN_DATA_DOUBLE;
+    default: break;
+  }
+  RN50_FAIL("cuda: dtype {} has no cuDNN data type (F32, F16, BF16 or F64 only)", dtype_name(t));
+}
+
+cudaDataType_t cuda_dtype(DType t) {
+  switch (t) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::f16: return CUDA_R_16F;
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f64: return CUDA_R_64F;
+    default: break;
+  }
+  RN50_FAIL("cuda: dtype {} has no cuBLASLt data type (F32, F16, BF16 or F64 only)",
+            dtype_name(t));
+}
+
+// ---------------------------------------------------------------- DeviceBuffer
+
+void* DeviceBuffer::ensure(size_t n) {
+  if (n <= bytes) return ptr;
+  if (ptr) {
+    // Work queued earlier may still read the old buffer: let it finish before freeing. Growth
+    // happens only on the first call of an op with a new shape, never in the steady state.
+    RN50_CUDA_CHECK(cudaDeviceSynchronize());
+    RN50_CUDA_CHECK(cudaFree(ptr));
+    ptr = nullptr;
+    bytes = 0;
+  }
+  RN50_CUDA_CHECK(cudaMalloc(&ptr, n));
+  bytes = n;
+  return ptr;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr) (void)cudaFree(ptr);  // never throws; errors at teardown are ignored
+}
+
+namespace {
+
+/// Storage deleters (Storage::deleter is a plain function pointer). Errors are ignored: they
+/// run in destructors, possibly after the backend is gone.
+void free_device(void* p) { (void)cudaFree(p); }
+void free_pinned(void* p) { (void)cudaFreeHost(p); }
+
+/// Destroys whatever of the streams and handles exists (constructor failure and destructor).
+void release_handles(cudaStream_t& stream, cudaStream_t& copy_stream, cudnnHandle_t& cudnn,
+                     cublasLtHandle_t& lt) noexcept {
+  if (lt) (void)cublasLtDestroy(lt);
+  if (cudnn) (void)cudnnDestroy(cudnn);
+  if (copy_stream) (void)cudaStreamDestroy(copy_stream);
+  if (stream) (void)cudaStreamDestroy(stream);
+  lt = nullptr;
+  cudnn = nullptr;
+  copy_stream = stream = nullptr;
+}
+
+/// Bytes of a tensor of `shape` and `dtype`; throws on a negative dimension.
+size_t shape_bytes(const char* op, const std::vector<int64_t>& shape, DType dtype) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    RN50_CHECK(d >= 0, "cuda {}: negative dimension {} in shape of {} tensor", op, d,
+               dtype_name(dtype));
+    n *= d;
+  }
+  return static_cast<size_t>(n) * dtype_size(dtype);
+}
+
+bool is_float16ish_or_f32(DType t) {
+  return t == DType::f32 || t == DType::f16 || t == DType::bf16;
+}
+
+/// True when host pointer `p` is page-locked (cudaMallocHost / registered) memory.
+bool is_pinned(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // not a CUDA-known pointer: pageable
+    return false;
+  }
+  return a.type == cudaMemoryTypeHost;
+}
+
+/// The Graph returned by capture(): an instantiated cudaGraph replayed on the backend stream.
+class CudaGraph final : public Graph {
+ public:
+  CudaGraph(cudaGraph_t g, cudaGraphExec_t e, cudaStream_t s) : graph_(g), exec_(e), stream_(s) {}
+  ~CudaGraph() override {
+    if (exec_) (void)cudaGraphExecDestroy(exec_);
+    if (graph_) (void)cudaGraphDestroy(graph_);
+  }
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+  /// Queues one launch of the recorded work on the backend stream (asynchronous).
+  void replay() override { RN50_CUDA_CHECK(cudaGraphLaunch(exec_, stream_)); }
+
+ private:
+  cudaGraph_t graph_;
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------- construction
+
+CudaBackend::CudaBackend(const BackendOptions& opt)
+    : device_index_(opt.device_index), allow_tf32_(opt.allow_tf32) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    RN50_FAIL("cuda backend: CUDA is unusable: cudaGetDeviceCount failed with {} ({})",
+              cudaGetErrorName(e), cudaGetErrorString(e));
+  }
+  RN50_CHECK(count > 0, "cuda backend: no CUDA device found");
+  RN50_CHECK(device_index_ >= 0 && device_index_ < count,
+             "cuda backend: device cuda:{} does not exist ({} CUDA device(s) visible)",
+             device_index_, count);
+  try {
+    RN50_CUDA_CHECK(cudaSetDevice(device_index_));
+    RN50_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    RN50_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    RN50_CUDNN_CHECK(cudnnCreate(&cudnn_));
+    RN50_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
+    RN50_CUBLAS_CHECK(cublasLtCreate(&cublaslt_));
+  } catch (...) {
+    release_handles(stream_, copy_stream_, cudnn_, cublaslt_);
+    throw;
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  // Never throws: every error is ignored. Pending work may still use pinned staging buffers,
+  // plan scratch and workspaces, so the streams are drained first.
+  (void)cudaSetDevice(device_index_);
+  if (stream_) (void)cudaStreamSynchronize(stream_);
+  if (copy_stream_) (void)cudaStreamSynchronize(copy_stream_);
+  for (auto& [key, slot] : input_slots_) {
+    if (slot.released) (void)cudaEventDestroy(slot.released);
+    if (slot.uploaded) (void)cudaEventDestroy(slot.uploaded);
+    if (slot.pinned) (void)cudaFreeHost(slot.pinned);
+  }
+  input_slots_.clear();
+  conv_plans.clear();
+  linear_plans.clear();
+  release_handles(stream_, copy_stream_, cudnn_, cublaslt_);
+  (void)cudaGetLastError();
+  // workspace and the scratch DeviceBuffers free themselves after this body.
+}
+
+bool CudaBackend::supports(Op op, DType dtype, Layout layout) const {
+  if (layout != Layout::NCHW && layout != Layout::NHWC) return false;
+  if (!is_float16ish_or_f32(dtype)) return false;
+  switch (op) {
+    case Op::softmax_xent:
+    case Op::sgd:
+    case Op::amp: return dtype == DType::f32;
+    default: return true;  // conv, bn, eltwise, pooling, linear, normalize_u8 (dst dtype)
+  }
+}
+
+void CudaBackend::check_device(const char* op, const char* name, const Tensor& t) const {
+  RN50_CHECK(t.defined(), "cuda {}: tensor {} is undefined", op, name);
+  RN50_CHECK(t.device() == device(), "cuda {}: tensor {} {} is not on {}", op, name, t.str(),
+             device().str());
+}
+
+// ---------------------------------------------------------------- memory
+
+Tensor CudaBackend::alloc(std::vector<int64_t> shape, DType dtype, Layout layout) {
+  const size_t bytes = shape_bytes("alloc", shape, dtype);
+  // At least 256 bytes so that even an empty tensor has a (defined) pointer.
+  const size_t n = bytes < 256 ? 256 : bytes;
+  auto s = std::make_shared<Storage>();
+  RN50_CUDA_CHECK(cudaMalloc(&s->ptr, n));
+  s->deleter = &free_device;
+  s->bytes = n;
+  s->device = device();
+  return Tensor::from_storage(std::move(s), 0, std::move(shape), dtype, layout);
+}
+
+Tensor CudaBackend::alloc_host(std::vector<int64_t> shape, DType dtype, Layout layout) {
+  const size_t bytes = shape_bytes("alloc_host", shape, dtype);
+  const size_t n = bytes < 256 ? 256 : bytes;
+  auto s = std::make_shared<Storage>();
+  RN50_CUDA_CHECK(cudaMallocHost(&s->ptr, n));
+  s->deleter = &free_pinned;
+  s->bytes = n;
+  s->device = Device{};  // CPU
+  return Tensor::from_storage(std::move(s), 0, std::move(shape), dtype, layout);
+}
+
+// copy(): device <-> device, host <-> device and host <-> host, with an optional dtype
+// conversion (between F32, F16 and BF16) and/or 4-D layout change, done on the device.
+// Completion: copies into device memory are queued on the main stream (asynchronous; later
+// ops are ordered after them). A copy into PAGEABLE host memory has completed when copy()
+// returns; a copy into PINNED host memory (alloc_host) is asynchronous: call synchronize()
+// before reading it. A pinned host SOURCE is read asynchronously too: do not modify it before
+// synchronize() (pageable sources may be reused at once). Copies that stage host data through
+// temporary device buffers (conversions with a host end) synchronise before returning.
+void CudaBackend::copy(const Tensor& src, Tensor& dst) {
+  RN50_CHECK(src.defined() && dst.defined(), "cuda copy: undefined tensor (src {}, dst {})",
+             src.str(), dst.str());
+  RN50_CHECK(src.same_shape(dst), "cuda copy: shape mismatch, src {} dst {}", src.str(),
+             dst.str());
+  auto on_device = [&](const Tensor& t, const char* name) {
+    if (t.is_cpu()) return false;
+    RN50_CHECK(t.device() == device(), "cuda copy: {} {} is not on {} or the host", name,
+               t.str(), device().str());
+    return true;
+  };
+  const bool sd = on_device(src, "src"), dd = on_device(dst, "dst");
+  const size_t bytes = src.nbytes();
+  if (src.numel() == 0) return;
+
+  if (src.dtype() == dst.dtype() && same_order(src, dst.layout())) {
+    if (src.data() == dst.data()) return;
+    if (!sd && !dd) {
+      // Host to host: pinned buffers may still be the target of queued copies.
+      RN50_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      std::memmove(dst.data(), src.data(), bytes);
+      return;
+    }
+    RN50_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDefault, stream_));
+    if (!dd && !is_pinned(dst.data())) RN50_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return;
+  }
+
+  RN50_CHECK(src.dtype() == dst.dtype() ||
+                 (is_float16ish_or_f32(src.dtype()) && is_float16ish_or_f32(dst.dtype())),
+             "cuda copy: unsupported dtype conversion {} -> {} (only between F32, F16 and BF16)",
+             src.str(), dst.str());
+  if (sd && dd) {
+    convert_on_device(src, dst);
+    return;
+  }
+  // A host end: stage through temporary device tensors, convert on the device.
+  Tensor s = sd ? src : alloc(src.shape(), src.dtype(), src.layout());
+  if (!sd)
+    RN50_CUDA_CHECK(
+        cudaMemcpyAsync(s.data(), src.data(), bytes, cudaMemcpyHostToDevice, stream_));
+  Tensor d = dd ? dst : alloc(dst.shape(), dst.dtype(), dst.layout());
+  convert_on_device(s, d);
+  if (!dd)
+    RN50_CUDA_CHECK(cudaMemcpyAsync(dst.data(), d.data(), dst.nbytes(), cudaMemcpyDeviceToHost,
+                                    stream_));
+  // The temporaries are freed when s and d go out of scope.
+  RN50_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::zero(Tensor& dst) {
+  RN50_CHECK(dst.defined(), "cuda zero: undefined tensor");
+  if (dst.numel() == 0) return;
+  if (dst.is_cpu()) {
+    RN50_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::memset(dst.data(), 0, dst.nbytes());
+    return;
+  }
+  check_device("zero", "dst", dst);
+  RN50_CUDA_CHECK(cudaMemsetAsync(dst.data(), 0, dst.nbytes(), stream_));
+}
+
+void CudaBackend::synchronize() {
+  RN50_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  RN50_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+int64_t CudaBackend::device_memory_used_bytes() const {
+  size_t free_b = 0, total_b = 0;
+  if (cudaSetDevice(device_index_) != cudaSuccess || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
+    return -1;
+  return static_cast<int64_t>(total_b - free_b);
+}
+
+// ---------------------------------------------------------------- input upload
+
+namespace {
+/// Creates the events of an input slot on first use (timing disabled: cheapest to record).
+void ensure_events(cudaEvent_t& released, cudaEvent_t& uploaded) {
+  if (!released) RN50_CUDA_CHECK(cudaEventCreateWithFlags(&released, cudaEventDisableTiming));
+  if (!uploaded) RN50_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming));
+}
+}  // namespace
+
+// upload_input(): the slot of dst (keyed by its device pointer) owns a pinned staging buffer
+// and two events. Sequence: wait (host) until the slot's previous H2D copy has read the
+// staging buffer; memcpy src into it; on copy_stream_, wait for the slot's `released` event
+// (the main-stream work that last read dst), copy H2D, record `uploaded`; the main stream
+// waits for `uploaded`. The first upload into a slot without any release_input() waits for
+// all main-stream work queued so far. Tensors whose memory orders differ fall back to copy().
+void CudaBackend::upload_input(const Tensor& src, Tensor& dst) {
+  check_device("upload_input", "dst", dst);
+  RN50_CHECK(src.defined() && src.is_cpu(), "cuda upload_input: src {} must be a host tensor",
+             src.str());
+  RN50_CHECK(src.same_shape(dst) && src.dtype() == dst.dtype(),
+             "cuda upload_input: src {} does not match dst {} (same shape and dtype needed)",
+             src.str(), dst.str());
+  if (!same_order(src, dst.layout())) {
+    copy(src, dst);
+    return;
+  }
+  const size_t n = dst.nbytes();
+  if (n == 0) return;
+  InputSlot& s = input_slots_[dst.data()];
+  ensure_events(s.released, s.uploaded);
+  if (s.has_upload) RN50_CUDA_CHECK(cudaEventSynchronize(s.uploaded));
+  if (s.pinned_bytes < n) {
+    if (s.pinned) RN50_CUDA_CHECK(cudaFreeHost(s.pinned));
+    s.pinned = nullptr;
+    s.pinned_bytes = 0;
+    RN50_CUDA_CHECK(cudaMallocHost(&s.pinned, n));
+    s.pinned_bytes = n;
+  }
+  std::memcpy(s.pinned, src.data(), n);
+  if (!s.has_release) {
+    RN50_CUDA_CHECK(cudaEventRecord(s.released, stream_));
+    s.has_release = true;
+  }
+  RN50_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, s.released, 0));
+  RN50_CUDA_CHECK(
+      cudaMemcpyAsync(dst.data(), s.pinned, n, cudaMemcpyHostToDevice, copy_stream_));
+  RN50_CUDA_CHECK(cudaEventRecord(s.uploaded, copy_stream_));
+  s.has_upload = true;
+  RN50_CUDA_CHECK(cudaStreamWaitEvent(stream_, s.uploaded, 0));
+}
+
+// release_input(): records the slot's `released` event on the main stream. Meant to be called
+// outside capture (after Graph::replay()); inside a capture the event is recorded as an
+// external event node, so that each replay records it.
+void CudaBackend::release_input(const Tensor& dst) {
+  check_device("release_input", "dst", dst);
+  InputSlot& s = input_slots_[dst.data()];
+  ensure_events(s.released, s.uploaded);
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  RN50_CUDA_CHECK(cudaStreamIsCapturing(stream_, &st));
+  const unsigned flags =
+      st == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : cudaEventRecordDefault;
+  RN50_CUDA_CHECK(cudaEventRecordWithFlags(s.released, stream_, flags));
+  s.has_release = true;
+}
+
+// ---------------------------------------------------------------- graphs
+
+std::unique_ptr<Graph> CudaBackend::capture(const std::function<void()>& fn) {
+  RN50_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  try {
+    fn();
+  } catch (...) {
+    cudaGraph_t g = nullptr;
+    (void)cudaStreamEndCapture(stream_, &g);  // leaves capture mode whatever happened
+    if (g) (void)cudaGraphDestroy(g);
+    (void)cudaGetLastError();
+    throw;
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+  if (e != cudaSuccess) {
+    if (graph) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    RN50_FAIL(
+        "cuda capture: recording the work as a CUDA graph failed with {} ({}); the recorded "
+        "function must not allocate, synchronise or use other streams (run it once eagerly "
+        "first)",
+        cudaGetErrorName(e), cudaGetErrorString(e));
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t ie = cudaGraphInstantiate(&exec, graph, 0);
+  if (ie != cudaSuccess) {
+    (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    RN50_FAIL("cuda capture: cudaGraphInstantiate failed with {} ({})", cudaGetErrorName(ie),
+              cudaGetErrorString(ie));
+  }
+  auto g = std::make_unique<CudaGraph>(graph, exec, stream_);
+  RN50_CUDA_CHECK(cudaGraphUpload(exec, stream_));
+  return g;
+}
+
+}  // namespace cuda
+
+// ---------------------------------------------------------------- registry hooks
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opt) {
+  return std::make_unique<cuda::CudaBackend>(opt);
+}
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::string cuda_unavailable_reason() {
+  try {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return fmt::format("cudaGetDeviceCount failed with {} ({})", cudaGetErrorName(e),
+                         cudaGetErrorString(e));
+    }
+    return n > 0 ? std::string() : std::string("no CUDA device found");
+  } catch (...) {
+    return "CUDA is unusable";
+  }
+}
+
+}  // namespace rn50

@@ -1,0 +1,163 @@
+// rn50: the CUDA backend ("cuda"): cuDNN convolutions, cuBLASLt for the fc layer, and our own
+// kernels for batch norm (with fused ReLU), elementwise ops, pooling, the loss, input
+// normalisation, SGD and the AMP loss-scale logic.
+//
+// Execution model (what makes CUDA graph capture of a whole training step possible):
+//  * One main stream (stream_) carries every op, in order; ops never synchronise the host and
+//    never allocate once their shapes have been seen (scratch and workspaces are cached per
+//    shape, or grown on first use and then reused). cudaMalloc / cudaFree / host syncs happen
+//    only in alloc(), copy() to or from pageable host memory, synchronize(), and the first call
+//    of an op with a new shape.
+//  * A side stream (copy_stream_) carries upload_input(): H2D copies of the next batch that
+//    overlap the current step, ordered by events against the main stream.
+//  * capture() records the main stream's work into a cudaGraph (cudaStreamCaptureModeThreadLocal)
+//    and returns a replayable Graph.
+//
+// Dtypes: f32 everywhere; f16 and bf16 for activations, conv/fc weights and their gradients
+// (AMP), with f32 BN parameters/statistics and f32 accumulation. Layouts: NCHW and NHWC (NHWC
+// is the fast one for f16/bf16: cuDNN's tensor-core kernels are channels-last).
+// TF32: allowed for f32 convolutions and GEMMs unless BackendOptions::allow_tf32 is false.
+//
+// Files: cuda_backend.cpp (device, memory, copies, streams, graphs, supports), conv.cpp
+// (cuDNN), linear.cpp (cuBLASLt), batchnorm.cu, eltwise.cu, pool.cu, loss.cu, input.cu,
+// sgd.cu (SGD and AMP ops), convert.cu (dtype / layout conversion used by copy()).
+//
+// Not thread-safe: one backend instance is used from one host thread at a time.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cuda/cuda_util.h"
+#include "rn50/backend.h"
+
+namespace rn50::cuda {
+
+/// A device buffer that grows on demand and is then reused (workspaces, scratch).
+/// ensure() may cudaMalloc, so callers size it on an op's first call with a shape.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  /// Makes the buffer at least `n` bytes (frees and reallocates when smaller; contents lost).
+  void* ensure(size_t n);
+  ~DeviceBuffer();
+};
+
+/// Cached cuDNN convolution plan for one (direction, shapes, layouts, dtype, stride, pad):
+/// descriptors and the algorithm chosen once by cudnnFind*AlgorithmEx, with its workspace size.
+struct ConvPlan;
+/// Cached cuBLASLt matmul plans of the fc layer for one (N, C, K, dtypes).
+struct LinearPlan;
+
+class CudaBackend final : public Backend {
+ public:
+  /// Selects device opt.device_index, creates the streams and library handles. Throws
+  /// rn50::Error when the device does not exist or CUDA cannot be initialised.
+  explicit CudaBackend(const BackendOptions& opt);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  Device device() const override { return Device{DeviceType::CUDA, device_index_}; }
+  bool supports(Op op, DType dtype, Layout layout) const override;
+  /// KRSC filters with NHWC activations, OIHW with NCHW.
+  Layout preferred_weight_layout(Layout activation_layout) const override {
+    return activation_layout;
+  }
+
+  Tensor alloc(std::vector<int64_t> shape, DType dtype, Layout layout) override;
+  void copy(const Tensor& src, Tensor& dst) override;
+  void zero(Tensor& dst) override;
+  void synchronize() override;
+  int64_t device_memory_used_bytes() const override;
+  Tensor alloc_host(std::vector<int64_t> shape, DType dtype, Layout layout) override;
+  void upload_input(const Tensor& src, Tensor& dst) override;
+  void release_input(const Tensor& dst) override;
+  std::unique_ptr<Graph> capture(const std::function<void()>& fn) override;
+
+  void conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w, Tensor& y) override;
+  void conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
+                       Tensor& dx) override;
+  void conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
+                          Tensor& dw) override;
+
+  void batchnorm_fwd_train(const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
+                           const Tensor& beta, Tensor& running_mean, Tensor& running_var, Tensor& y,
+                           Tensor& save_mean, Tensor& save_var) override;
+  void batchnorm_fwd_infer(const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
+                           const Tensor& beta, const Tensor& running_mean,
+                           const Tensor& running_var, Tensor& y) override;
+  void batchnorm_bwd(const BatchNormParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                     const Tensor& gamma, const Tensor& save_mean, const Tensor& save_var,
+                     Tensor& dx, Tensor& dgamma, Tensor& dbeta) override;
+
+  void relu_fwd(const Tensor& x, Tensor& y) override;
+  void relu_bwd(const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void add(const Tensor& a, const Tensor& b, Tensor& y) override;
+  void add_relu_fwd(const Tensor& a, const Tensor& b, Tensor& y) override;
+
+  void maxpool2d_fwd(const Pool2dParams& p, const Tensor& x, Tensor& y) override;
+  void maxpool2d_bwd(const Pool2dParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                     Tensor& dx) override;
+  void global_avgpool_fwd(const Tensor& x, Tensor& y) override;
+  void global_avgpool_bwd(const Tensor& dy, Tensor& dx) override;
+
+  void linear_fwd(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
+  void linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
+                  Tensor& db) override;
+
+  void softmax_xent_fwd(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& loss,
+                        Tensor& probs) override;
+  void softmax_xent_bwd(const Tensor& probs, const Tensor& labels, float smoothing, float scale,
+                        Tensor& dlogits, const Tensor& state) override;
+
+  void normalize_u8(const Tensor& src, const std::array<float, 3>& mean,
+                    const std::array<float, 3>& std, Tensor& dst) override;
+
+  void sgd_update(const SgdParams& p, Tensor& params, const Tensor& grads,
+                  Tensor& momentum_buf) override;
+  void check_finite(const Tensor& x, Tensor& state) override;
+  void update_loss_scale(const LossScaleParams& p, Tensor& state) override;
+
+  // ---- shared with the op files ----
+  cudaStream_t stream() const { return stream_; }
+  cudnnHandle_t cudnn() const { return cudnn_; }
+  cublasLtHandle_t cublaslt() const { return cublaslt_; }
+  bool allow_tf32() const { return allow_tf32_; }
+  /// Throws rn50::Error naming op/name unless t is a defined tensor on this device.
+  void check_device(const char* op, const char* name, const Tensor& t) const;
+  /// Dtype/layout conversion between two device tensors of one logical shape (convert.cu).
+  void convert_on_device(const Tensor& src, Tensor& dst);
+
+  /// The one workspace shared by all cuDNN/cuBLASLt calls (ops run in stream order).
+  DeviceBuffer workspace;
+  /// Per-op scratch (BN partial sums, loss partials, fc casts), grown on first use.
+  DeviceBuffer bn_scratch, loss_scratch, linear_scratch;
+  std::unordered_map<std::string, std::unique_ptr<ConvPlan>> conv_plans;
+  std::unordered_map<std::string, std::unique_ptr<LinearPlan>> linear_plans;
+
+ private:
+  int device_index_ = 0;
+  bool allow_tf32_ = true;
+  cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  cublasLtHandle_t cublaslt_ = nullptr;
+  /// upload_input/release_input bookkeeping, keyed by the destination's device pointer.
+  struct InputSlot {
+    cudaEvent_t released = nullptr;  ///< recorded on stream_ by release_input
+    cudaEvent_t uploaded = nullptr;  ///< recorded on copy_stream_ after the H2D copy
+    void* pinned = nullptr;          ///< pinned staging of the slot
+    size_t pinned_bytes = 0;
+    bool has_release = false, has_upload = false;
+  };
+  std::map<const void*, InputSlot> input_slots_;
+};
+
+}  // namespace rn50::cuda
