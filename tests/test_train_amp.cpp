@@ -17,8 +17,10 @@
 //    hand-written sequence of backend calls.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -195,7 +197,8 @@ TEST(TrainAmp, KrscComputeCopyMatchesOihw) {
   EXPECT_LE(rel_l2(got.grads, want.grads), 1e-6);
 }
 
-TEST(TrainAmp, HalfPrecisionCloseToF32) {
+/// fp16 and bf16 passes on `make()`'s backend against an f32 pass on ref (see the file comment).
+void check_half_close_to_f32(const std::function<std::unique_ptr<Backend>()>& make) {
   const Batch b = random_batch(8, 64, 10, 2);
   auto ref = make_backend("ref");
   const Pass want = run_pass(*ref, DType::f32, b, 1.f);
@@ -206,8 +209,8 @@ TEST(TrainAmp, HalfPrecisionCloseToF32) {
   };
   for (const Case& c : {Case{DType::f16, 1024.f, 1e-2, 2.5e-1}, Case{DType::bf16, 1.f, 6e-2, 6e-1}}) {
     SCOPED_TRACE(dtype_name(c.dt));
-    KrscRefBackend be;  // the CUDA configuration: half compute copies with KRSC weights
-    const Pass got = run_pass(be, c.dt, b, c.scale);
+    std::unique_ptr<Backend> be = make();
+    const Pass got = run_pass(*be, c.dt, b, c.scale);
     const double el = rel_l2(got.logits, want.logits), eg = rel_l2(got.grads, want.grads);
     // The fc gradients sit right after the loss: they test the f32 <-> half logits path and
     // the unscaling tightly (a missed 1/scale would be off by 1024x).
@@ -222,9 +225,9 @@ TEST(TrainAmp, HalfPrecisionCloseToF32) {
     };
     const double efw = rel_l2(slice(got.grads, "fc.weight"), slice(want.grads, "fc.weight"));
     const double efb = rel_l2(slice(got.grads, "fc.bias"), slice(want.grads, "fc.bias"));
-    std::printf("%s: logits rel-L2 %.3g, loss %.6f vs %.6f, gradient slab rel-L2 %.3g, fc.weight "
-                "%.3g, fc.bias %.3g\n",
-                dtype_name(c.dt), el, got.loss, want.loss, eg, efw, efb);
+    std::printf("%s %s: logits rel-L2 %.3g, loss %.6f vs %.6f, gradient slab rel-L2 %.3g, "
+                "fc.weight %.3g, fc.bias %.3g\n",
+                be->name().c_str(), dtype_name(c.dt), el, got.loss, want.loss, eg, efw, efb);
     EXPECT_LE(el, c.logits_tol);
     EXPECT_NEAR(got.loss, want.loss, 0.2 * c.logits_tol);
     EXPECT_LE(efw, c.logits_tol);
@@ -233,8 +236,23 @@ TEST(TrainAmp, HalfPrecisionCloseToF32) {
   }
 }
 
-TEST(TrainAmp, LossScaleOverflowSkipsTheStep) {
-  KrscRefBackend be;
+bool have_cuda() {
+  const auto v = available_backends();
+  return std::find(v.begin(), v.end(), "cuda") != v.end();
+}
+
+TEST(TrainAmp, HalfPrecisionCloseToF32) {
+  // The CUDA configuration on the CPU: half compute copies with KRSC weights.
+  check_half_close_to_f32([] { return std::make_unique<KrscRefBackend>(); });
+}
+
+TEST(TrainAmp, CudaHalfPrecisionCloseToF32) {
+  if (!have_cuda()) GTEST_SKIP() << "no usable GPU: " << cuda_unavailable_reason();
+  check_half_close_to_f32([] { return make_backend("cuda"); });
+}
+
+/// The overflow / skip / recovery sequence of TrainStep on `be` (see the file comment).
+void check_overflow_skip(Backend& be) {
   ModelOptions mo;
   mo.num_classes = 10;
   mo.compute_dtype = DType::f16;
@@ -285,6 +303,17 @@ TEST(TrainAmp, LossScaleOverflowSkipsTheStep) {
   EXPECT_EQ(rel_l2(z1, z2), 0.0);
 }
 
+TEST(TrainAmp, LossScaleOverflowSkipsTheStep) {
+  KrscRefBackend be;
+  check_overflow_skip(be);
+}
+
+TEST(TrainAmp, CudaLossScaleOverflowSkipsTheStep) {
+  if (!have_cuda()) GTEST_SKIP() << "no usable GPU: " << cuda_unavailable_reason();
+  auto be = make_backend("cuda");
+  check_overflow_skip(*be);
+}
+
 TEST(TrainAmp, StepTakesItsLrFromTheDeviceState) {
   auto be = make_backend("ref");
   const Batch b0 = random_batch(2, 32, 10, 4), b1 = random_batch(2, 32, 10, 5);
@@ -322,6 +351,44 @@ TEST(TrainAmp, StepTakesItsLrFromTheDeviceState) {
   }
   EXPECT_EQ(rel_l2(host_values(*be, m.param_slab()), host_values(*be, r.param_slab())), 0.0);
   EXPECT_EQ(rel_l2(host_values(*be, step.momentum()), host_values(*be, mom)), 0.0);
+}
+
+}  // namespace
+}  // namespace rn50
+
+namespace rn50 {
+namespace {
+
+// On a GPU: the steps TrainStep replays from recorded CUDA graphs give the same parameters as
+// the same steps run op by op (one backend, so both use the same cached cuDNN algorithms;
+// tolerance for cuDNN's non-deterministic weight-gradient algorithms).
+TEST(TrainAmp, CudaGraphReplayEqualsEagerSteps) {
+  if (!have_cuda()) GTEST_SKIP() << "no usable GPU: " << cuda_unavailable_reason();
+  auto be = make_backend("cuda");
+  std::vector<std::vector<double>> params;
+  for (bool graphs : {false, true}) {
+    ModelOptions mo;
+    mo.num_classes = 10;
+    mo.compute_dtype = DType::f16;
+    ResNet m(*be, kNet, mo);
+    m.init(11);
+    InputStage in(*be, Layout::NHWC, DType::f16, 10, 2);
+    StepOptions so;
+    so.loss_scaling = true;
+    so.initial_loss_scale = 128.f;
+    so.use_graphs = graphs;
+    TrainStep step(*be, m, in, so);
+    for (int i = 0; i < 6; ++i) {
+      const int s = in.upload(random_batch(4, 64, 10, 100 + i));
+      step.run(s, 0.05 + 0.01 * i);
+      in.release(s);
+    }
+    be->synchronize();
+    EXPECT_EQ(step.replayed_steps(), graphs ? 4 : 0);
+    EXPECT_EQ(m.buffer("bn1.num_batches_tracked").data_as<int64_t>()[0], 6);
+    params.push_back(host_values(*be, m.param_slab()));
+  }
+  EXPECT_LE(rel_l2(params[1], params[0]), 1e-4);
 }
 
 }  // namespace
