@@ -371,3 +371,44 @@ TEST(ModelArchSchedule, ForwardShapesAndInputChecks) {
 
 }  // namespace
 }  // namespace rn50
+
+namespace rn50 {
+namespace {
+
+// backward() reports each parameter's gradient exactly once, in grad_ready_order(), and when it
+// does the f32 gradient is already final (it equals the slab after backward returns).
+TEST(ModelArchBackward, GradReadyHookFollowsTheOrderWithFinalGradients) {
+  auto be = make_backend("ref");
+  ModelOptions mo;
+  mo.num_classes = 5;
+  ResNet m(*be, ArchSpec{"bottleneck2111", true, {2, 1, 1, 1}}, mo);
+  m.init(1);
+  const std::vector<int>& order = m.grad_ready_order();
+  ASSERT_EQ(order.size(), m.params().size());
+  std::set<int> distinct(order.begin(), order.end());
+  EXPECT_EQ(distinct.size(), order.size()) << "every parameter exactly once";
+  EXPECT_EQ(m.params()[order.front()].name, "fc.weight");
+  EXPECT_EQ(m.params()[order.back()].name, "conv1.weight");
+  std::vector<int> seen;
+  std::vector<std::vector<float>> at_ready;
+  m.set_grad_ready_hook([&](int i) {
+    seen.push_back(i);
+    Tensor g = m.grad(m.params()[i].name);
+    at_ready.emplace_back(g.data_as<float>(), g.data_as<float>() + g.numel());
+  });
+  Tensor x = Tensor::empty({2, 3, 32, 32}, DType::f32, Layout::NHWC);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = std::sin(0.37 * i);
+  const Tensor& z = m.forward(x, true);
+  Tensor dz = Tensor::empty(z.shape(), DType::f32);
+  for (int64_t i = 0; i < dz.numel(); ++i) dz.data_as<float>()[i] = std::cos(0.11 * i);
+  m.backward(dz);
+  ASSERT_EQ(seen, order);
+  for (size_t k = 0; k < seen.size(); ++k) {
+    Tensor g = m.grad(m.params()[seen[k]].name);
+    ASSERT_EQ(0, std::memcmp(g.data(), at_ready[k].data(), g.nbytes()))
+        << m.params()[seen[k]].name << " changed after it was reported ready";
+  }
+}
+
+}  // namespace
+}  // namespace rn50

@@ -131,6 +131,9 @@ class Backend {
   virtual void zero(Tensor& dst) = 0;
   /// Wait until all work queued on this backend is done (no-op on synchronous CPU backends).
   virtual void synchronize() = 0;
+  /// The backend's native stream handle (cudaStream_t on CUDA) for libraries that enqueue work
+  /// in its order (NCCL); nullptr on host backends.
+  virtual void* native_stream() const { return nullptr; }
   /// Device memory in use, in bytes (CUDA: cudaMemGetInfo's total - free, i.e. what the GPU has
   /// allocated for every process, the CUDA context and library handles included); -1 on host
   /// backends.

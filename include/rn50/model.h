@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -109,6 +110,13 @@ class ResNet {
   void refresh_compute_params();
   /// Whether conv/fc parameters are used through a compute copy (see the class comment).
   bool has_compute_copy() const;
+  /// Parameter indices (into params()) in the order backward() finishes their f32 gradients in
+  /// grad_slab(): fc.weight, fc.bias, then each conv/BN unit from the last to the stem (BN
+  /// weight, BN bias, conv weight; a block's branch before its downsample).
+  const std::vector<int>& grad_ready_order() const;
+  /// Called by backward() with each parameter index as soon as its f32 gradient is final, in
+  /// grad_ready_order() (data-parallel training starts allreduces from it). Empty: no calls.
+  void set_grad_ready_hook(std::function<void(int)> hook);
   /// Adds `delta` to every BN's num_batches_tracked: for training steps replayed from a
   /// recorded graph, which does not run forward() on the host.
   void add_batches_tracked(int64_t delta);

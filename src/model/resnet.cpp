@@ -164,6 +164,19 @@ ResNet::ResNet(Backend& backend, ArchSpec arch, ModelOptions opt)
   }
   m.nbt = Tensor::zeros({static_cast<int64_t>(m.bns.size())}, DType::i64);
 
+  // The order backward() finishes gradients in (see resnet_schedule.cpp, ResNet::backward).
+  auto unit_order = [&](int u) {
+    m.ready_order.push_back(m.units[u].gamma_param);
+    m.ready_order.push_back(m.units[u].beta_param);
+    m.ready_order.push_back(m.units[u].conv_param);
+  };
+  m.ready_order = {m.fc_w, m.fc_b};
+  for (auto bi = m.blocks.rbegin(); bi != m.blocks.rend(); ++bi) {
+    for (auto ui = bi->units.rbegin(); ui != bi->units.rend(); ++ui) unit_order(*ui);
+    if (bi->downsample >= 0) unit_order(bi->downsample);
+  }
+  unit_order(m.stem);
+
   // Compute copies of the conv/fc parameters (AMP dtype and/or the backend's weight layout).
   m.weight_layout = be.preferred_weight_layout(m.opt.layout);
   m.mirror = cd != DType::f32 || m.weight_layout != Layout::NCHW;
@@ -210,6 +223,19 @@ Tensor& ResNet::param_slab() { return impl_->param_slab; }
 Tensor& ResNet::grad_slab() { return impl_->grad_slab; }
 bool ResNet::has_compute_copy() const { return impl_->mirror; }
 const Tensor& ResNet::forward_output() const { return impl_->logits; }
+
+const std::vector<int>& ResNet::grad_ready_order() const { return impl_->ready_order; }
+void ResNet::set_grad_ready_hook(std::function<void(int)> hook) {
+  impl_->ready_hook = std::move(hook);
+}
+
+void ResNet::Impl::grad_done(int i) {
+  if (mirror && is_mirrored_kind(params[i].kind)) {
+    Tensor dst = grad_view(i);
+    be.copy(compute_grad_view(i), dst);  // compute dtype/layout -> f32 OIHW (still loss-scaled)
+  }
+  if (ready_hook) ready_hook(i);
+}
 
 void ResNet::refresh_compute_params() {
   Impl& m = *impl_;

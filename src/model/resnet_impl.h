@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -96,6 +97,12 @@ struct ResNet::Impl {
   int fc_w = -1, fc_b = -1;  ///< param indices
   Tensor fcw, fcb, dfcw, dfcb;
   int64_t feature_channels = 0;  ///< channels into the fc
+
+  std::vector<int> ready_order;           ///< grad_ready_order()
+  std::function<void(int)> ready_hook;
+  /// Backward finished param i's gradient (in the compute copy, if mirrored): converts it into
+  /// the f32 slab when mirrored, then calls the hook.
+  void grad_done(int i);
 
   // ---- shape-dependent buffers ----
   int64_t cur_n = -1, cur_h = -1, cur_w = -1;

@@ -184,7 +184,10 @@ void ResNet::Impl::unit_backward(ConvBnUnit& u, const Tensor& dz, Tensor& dconv,
   // Without a fused ReLU the BN output is not needed (and lives in shared scratch).
   be.batchnorm_bwd(bp, u.y, u.relu ? u.z : Tensor(), dz, u.gamma, u.save_mean, u.save_var, dconv,
                    u.dgamma, u.dbeta);
+  grad_done(u.gamma_param);
+  grad_done(u.beta_param);
   be.conv2d_bwd_weights(u.conv, u.x, dconv, u.dw);
+  grad_done(u.conv_param);
   if (dx) be.conv2d_bwd_data(u.conv, dconv, u.w, *dx);
 }
 
@@ -253,6 +256,8 @@ void ResNet::backward(const Tensor& dlogits) {
   } else {
     m.be.linear_bwd(m.pooled, m.fcw, dlogits, m.dpooled, m.dfcw, m.dfcb);
   }
+  m.grad_done(m.fc_w);
+  m.grad_done(m.fc_b);
   int cur = 0;
   Tensor d = m.slot(cur, m.blocks.back().out.shape());
   m.be.global_avgpool_bwd(m.dpooled, d);
@@ -303,13 +308,6 @@ void ResNet::backward(const Tensor& dlogits) {
   m.be.maxpool2d_bwd(kMaxPool, stem.z, m.pool_out, d, dstem);
   Tensor dconv = m.slot(other_slot(cur, ps), stem.y.shape());
   m.unit_backward(stem, dstem, dconv, nullptr);
-
-  // Gradients of the compute copies -> the f32 grad slab (OIHW), still loss-scaled.
-  if (m.mirror)
-    for (int i : m.mirrored) {
-      Tensor dst = m.grad_view(i);
-      m.be.copy(m.compute_grad_view(i), dst);
-    }
 }
 
 }  // namespace rn50

@@ -77,6 +77,7 @@ class CudaBackend final : public Backend {
   void zero(Tensor& dst) override;
   void synchronize() override;
   int64_t device_memory_used_bytes() const override;
+  void* native_stream() const override { return stream_; }
   Tensor alloc_host(std::vector<int64_t> shape, DType dtype, Layout layout) override;
   void upload_input(const Tensor& src, Tensor& dst) override;
   void release_input(const Tensor& dst) override;
