@@ -8,10 +8,12 @@
 // syntax errors; 2 for flag values rejected after parsing.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <string>
 
 #include "core/check.h"
+#include "rn50/data.h"
 #include "rn50/train.h"
 
 namespace {
@@ -53,6 +55,11 @@ void add_train_flags(CLI::App* app, TrainConfig& c, TrainStrings& s, bool with_r
                   "seed of the weight init and of the data order/augmentation (default 0)");
   app->add_option("--workers", c.workers, "decode threads; 0 = all cores (default 0)");
   app->add_option("--prefetch", c.prefetch, "batches queued ahead per worker (default 2)");
+  app->add_option("--max-bad-fraction", c.max_bad_fraction,
+                  "abort when undecodable files exceed this fraction of an epoch (default 0.001)");
+  app->add_flag("--exact-decode", c.exact_decode,
+                "decode whole images, PIL-exact (default: fast DCT-scaled region decoding)");
+  app->add_option("--worker-cpus", c.worker_cpus, "pin decode worker i to CPU list[i % n]");
   app->add_option("--eval-interval", c.eval_interval, "evaluate every N epochs (default 1)");
   app->add_option("--save-interval", c.save_interval,
                   "checkpoint every N epochs, 0 = never (default 1)");
@@ -105,6 +112,105 @@ void resolve(TrainConfig& c, const TrainStrings& s) {
   }
 }
 
+/// rn50 check-data and rn50 bench loader: the data-pipeline commands (library side:
+/// rn50::check_dataset and rn50::bench_loader in src/data).
+struct DataCommands {
+  CLI::App* check = nullptr;
+  CLI::App* bench = nullptr;
+  CLI::App* bench_loader = nullptr;
+  std::string check_root, check_output;
+  bool check_header_only = false;
+  int check_workers = 0;
+  rn50::LoaderBenchConfig lb;
+  std::string lb_split = "train";
+};
+
+void add_data_commands(CLI::App& app, DataCommands& d) {
+  d.check = app.add_subcommand(
+      "check-data", "validate an ImageFolder dataset (train/ and val/ class folders, same class "
+                    "set, no empty class, every image decodable); prints the class list");
+  d.check->add_option("--image-root", d.check_root, "dataset root holding train/ and val/")
+      ->required();
+  d.check->add_option("--output", d.check_output,
+                      "write the class list (one per line) to this file instead of stdout");
+  d.check->add_flag("--header-only", d.check_header_only,
+                    "read each file's header only instead of decoding it (faster)");
+  d.check->add_option("--workers", d.check_workers, "threads; 0 = all cores (default 0)");
+
+  d.bench = app.add_subcommand("bench", "micro-benchmarks");
+  d.bench->require_subcommand(1);
+  d.bench_loader = d.bench->add_subcommand(
+      "loader", "time the ImageFolder input pipeline alone (reports loader.ips)");
+  rn50::LoaderOptions& lo = d.lb.loader;
+  lo.batch_size = 256;
+  d.bench_loader->add_option("--image-root", d.lb.image_root, "dataset root holding train/ and "
+                             "val/")->required();
+  d.bench_loader->add_option("--split", d.lb_split, "train | val (default train)");
+  d.bench_loader->add_option("--workers", lo.workers, "decode threads; 0 = all cores (default 0)");
+  d.bench_loader->add_option("--batch-size", lo.batch_size, "images per batch (default 256)");
+  d.bench_loader->add_option("--prefetch", lo.prefetch, "batches queued ahead per worker (2)");
+  d.bench_loader->add_option("--crop-size", lo.crop_size, "crop size, pixels (224)");
+  d.bench_loader->add_option("--resize-short", lo.resize_short, "val resize, pixels (256)");
+  d.bench_loader->add_option("--seed", lo.seed, "augmentation seed (0)");
+  d.bench_loader->add_flag("--exact-decode", lo.exact_decode,
+                           "decode whole images, PIL-exact (default: fast DCT-scaled ROI decode)");
+  d.bench_loader->add_option("--worker-cpus", lo.worker_cpus,
+                             "pin worker i to CPU list[i % n] (e.g. --worker-cpus 0 1)");
+  d.bench_loader->add_option("--max-bad-fraction", lo.max_bad_fraction,
+                             "abort past this fraction of undecodable files (0.001)");
+  d.bench_loader->add_option("--batches", d.lb.batches,
+                             "timed batches; 0 = the rest of one epoch (default 0)");
+  d.bench_loader->add_option("--warmup-batches", d.lb.warmup_batches,
+                             "untimed batches first (default 2)");
+  d.bench_loader->add_option("--report-file", d.lb.report_file,
+                             "append the JSON result line to this file");
+}
+
+/// check-data: class list to stdout / --output, summary and one line per problem to stderr.
+/// Returns 0 when the dataset is fine, 1 otherwise.
+int run_check_data(const DataCommands& d) {
+  rn50::DataCheckOptions o;
+  o.decode = !d.check_header_only;
+  o.workers = d.check_workers;
+  const rn50::DataCheckReport r = rn50::check_dataset(d.check_root, o);
+  if (!r.classes.empty()) {
+    std::ofstream f;
+    if (!d.check_output.empty()) {
+      f.open(d.check_output);
+      RN50_CHECK(f.good(), "--output '{}': cannot open for writing", d.check_output);
+    }
+    std::ostream& out = d.check_output.empty() ? std::cout : f;
+    for (const std::string& c : r.classes) out << c << '\n';
+    RN50_CHECK(out.good(), "cannot write the class list");
+  }
+  std::fprintf(stderr,
+               "check-data: %zu classes; train/ %lld images, val/ %lld images; %lld files %s, "
+               "%zu unreadable\n",
+               r.classes.size(), static_cast<long long>(r.train_images),
+               static_cast<long long>(r.val_images), static_cast<long long>(r.checked_files),
+               o.decode ? "decoded" : "header-checked", r.unreadable.size());
+  for (const rn50::DataProblem& p : r.problems) {
+    std::fprintf(stderr, "error: [%s] %s\n", p.kind.c_str(), p.message.c_str());
+  }
+  if (!r.ok()) {
+    std::fprintf(stderr, "check-data: %zu problem(s) in '%s'\n", r.problems.size(),
+                 d.check_root.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "check-data: '%s' is ready for training\n", d.check_root.c_str());
+  return 0;
+}
+
+/// bench loader: prints the JSON line (and appends it to --report-file).
+int run_bench_loader(DataCommands& d) {
+  RN50_CHECK(d.lb_split == "train" || d.lb_split == "val", "--split '{}': expected train or val",
+             d.lb_split);
+  d.lb.split = d.lb_split == "train" ? rn50::Split::train : rn50::Split::val;
+  const rn50::LoaderBenchResult r = rn50::bench_loader(d.lb);
+  std::printf("%s\n", r.json.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -139,11 +245,15 @@ int main(int argc, char** argv) {
   predict->add_option("--device", pc.device, "auto | cpu | cuda[:N] (default auto)");
   predict->add_option("images", pc.images, "image files (JPEG or PNG)")->required();
 
+  DataCommands data_cmds;
+  add_data_commands(app, data_cmds);
+
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
-    if (cmd != "train" && cmd != "eval" && cmd != "predict") {
-      std::cerr << "error: unknown command '" << cmd << "' (expected train, eval or predict; see "
-                << argv[0] << " --help)\n";
+    if (cmd != "train" && cmd != "eval" && cmd != "predict" && cmd != "check-data" &&
+        cmd != "bench") {
+      std::cerr << "error: unknown command '" << cmd << "' (expected train, eval, predict, "
+                << "check-data or bench; see " << argv[0] << " --help)\n";
       return 2;
     }
   }
@@ -159,6 +269,8 @@ int main(int argc, char** argv) {
       return rn50::run_eval(eval_cfg);
     }
     if (*predict) return rn50::run_predict(pc, std::cout, std::cerr);
+    if (*data_cmds.check) return run_check_data(data_cmds);
+    if (*data_cmds.bench_loader) return run_bench_loader(data_cmds);
   } catch (const rn50::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;

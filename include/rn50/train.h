@@ -105,8 +105,18 @@ struct TrainConfig {
   int crop_size = 224;
   /// --resize-short: val shorter-side resize before the center crop, pixels (DLE 256).
   int resize_short = 256;
-  /// --workers: decode threads; 0 = all cores.
+  /// --workers: decode threads; 0 = the cores this process may use divided by the processes
+  /// on this machine.
   int workers = 0;
+  /// --max-bad-fraction: abort when undecodable files exceed this fraction of an epoch's
+  /// samples (default 0.001); below it each is skipped, logged and counted (train.bad_samples).
+  /// On abort the list goes to <report-file>.bad_files.txt (or ./bad_files.txt).
+  double max_bad_fraction = 0.001;
+  /// --exact-decode: decode whole images and resample exactly as PIL/torchvision (default: the
+  /// fast DALI-style DCT-scaled region decoding).
+  bool exact_decode = false;
+  /// --worker-cpus: pin decode worker i to CPU list[i % n] (logged); empty = no pinning.
+  std::vector<int> worker_cpus;
   /// --prefetch: batches queued ahead per worker (default 2).
   int prefetch = 2;
   /// --synthetic-samples: samples per epoch of --data synthetic (rn50 extension); 0 = automatic:

@@ -46,6 +46,22 @@ inline Batch batch_from_storage(const std::shared_ptr<Storage>& s, const BatchLa
   return b;
 }
 
+/// Wraps a tensor from a HostAllocator as a Storage of `bytes` bytes that keeps the tensor (and
+/// so its memory) alive for as long as the Storage lives. Throws rn50::Error when the tensor is
+/// smaller than `bytes` or not host memory.
+inline std::shared_ptr<Storage> allocate_with(const HostAllocator& alloc, size_t bytes) {
+  Tensor t = alloc({static_cast<int64_t>(bytes)}, DType::u8, Layout::NCHW);
+  RN50_CHECK(t.defined() && t.nbytes() >= bytes && t.is_cpu(),
+             "the loader's host allocator returned {} for a {}-byte batch buffer",
+             t.defined() ? t.str() : std::string("an undefined tensor"), bytes);
+  RN50_CHECK(reinterpret_cast<uintptr_t>(t.data()) % 64 == 0,
+             "the loader's host allocator returned memory that is not 64-byte aligned");
+  auto* s = new Storage();
+  s->ptr = t.data();
+  s->bytes = bytes;
+  return std::shared_ptr<Storage>(s, [t](Storage* p) { delete p; });  // the lambda owns t
+}
+
 /// A pool of batch storages that are reused once nobody else holds them: a storage is free when
 /// the pool's shared_ptr is its only owner (the source dropped its handle after delivering the
 /// batch and the consumer dropped every Tensor of it). Delivered batches are therefore zero-copy
@@ -53,7 +69,9 @@ inline Batch batch_from_storage(const std::shared_ptr<Storage>& s, const BatchLa
 class BatchPool {
  public:
   /// `keep`: how many storages the pool retains at most while the consumer holds old batches.
-  BatchPool(BatchLayout layout, size_t keep) : layout_(layout), keep_(keep) {}
+  /// `alloc`: where new storages come from (empty = allocate_host_storage).
+  BatchPool(BatchLayout layout, size_t keep, HostAllocator alloc = {})
+      : layout_(layout), keep_(keep), alloc_(std::move(alloc)) {}
   /// A storage nobody else refers to: reused when possible, else newly allocated.
   std::shared_ptr<Storage> acquire() {
     for (auto& s : pool_) {
@@ -68,15 +86,21 @@ class BatchPool {
     if (pool_.size() >= keep_) {
       std::erase_if(pool_, [](const std::shared_ptr<Storage>& s) { return s.use_count() > 1; });
     }
-    pool_.push_back(allocate_host_storage(layout_.total_bytes()));
+    pool_.push_back(alloc_ ? allocate_with(alloc_, layout_.total_bytes())
+                           : allocate_host_storage(layout_.total_bytes()));
+    ++allocations_;
     return pool_.back();
   }
   const BatchLayout& layout() const { return layout_; }
+  /// Storages allocated so far (flat after the first epoch unless the consumer hoards batches).
+  int64_t allocations() const { return allocations_; }
 
  private:
   BatchLayout layout_;
   size_t keep_;
+  HostAllocator alloc_;
   std::vector<std::shared_ptr<Storage>> pool_;
+  int64_t allocations_ = 0;
 };
 
 }  // namespace rn50::data

@@ -62,6 +62,15 @@ void check_tj(int rc, tjhandle h, const std::string& path, const char* what) {
 
 }  // namespace
 
+void cmyk_to_rgb_pil(const uint8_t* src, size_t n, uint8_t* dst) {
+  // PIL loads CMYK JPEGs with raw mode "CMYK;I" (inverted, Adobe convention): C = 255 - c.
+  // Its cmyk2rgb then computes R = nk - muldiv255(C, nk) with nk = 255 - K = k.
+  for (size_t p = 0; p < n; ++p, src += 4, dst += 3) {
+    const int k = src[3];
+    for (int c = 0; c < 3; ++c) dst[c] = static_cast<uint8_t>(k - muldiv255(255 - src[c], k));
+  }
+}
+
 bool jpeg_has_eoi(const uint8_t* d, size_t n) {
   if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return false;
   size_t i = 2;
@@ -123,14 +132,7 @@ void decode_jpeg_impl(const uint8_t* data, size_t size, const std::string& path,
     check_tj(tjDecompress2(h, data, static_cast<unsigned long>(size), cmyk.data(), w, w * 4, ht,
                            TJPF_CMYK, 0),
              h, path, "");
-    // PIL loads CMYK JPEGs with raw mode "CMYK;I" (inverted, Adobe convention): C = 255 - c.
-    // Its cmyk2rgb then computes R = nk - muldiv255(C, nk) with nk = 255 - K = k.
-    const uint8_t* src = cmyk.data();
-    uint8_t* dst = out.pixels.data();
-    for (size_t p = 0, np = static_cast<size_t>(w) * ht; p < np; ++p, src += 4, dst += 3) {
-      const int k = src[3];
-      for (int c = 0; c < 3; ++c) dst[c] = static_cast<uint8_t>(k - muldiv255(255 - src[c], k));
-    }
+    cmyk_to_rgb_pil(cmyk.data(), static_cast<size_t>(w) * ht, out.pixels.data());
     return;
   }
   // YCbCr, RGB and grayscale: libjpeg converts to RGB (gray is replicated, as PIL's L -> RGB).

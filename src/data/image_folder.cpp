@@ -1,12 +1,12 @@
 // rn50 data: ImageFolder index (torchvision.datasets.ImageFolder's file discovery).
 #include <algorithm>
-#include <cctype>
 #include <filesystem>
 #include <string>
 #include <system_error>
 #include <vector>
 
 #include "core/check.h"
+#include "data/files.h"
 #include "rn50/data.h"
 
 namespace rn50 {
@@ -14,21 +14,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// torchvision's has_file_allowed_extension restricted to the formats we decode:
-/// filename.lower().endswith((".jpg", ".jpeg", ".png")). The decoder itself picks JPEG or PNG by
-/// the file's magic bytes, so a PNG named .JPEG still decodes.
-bool has_image_extension(const std::string& name) {
-  std::string lower = name;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  for (const char* ext : {".jpg", ".jpeg", ".png"}) {
-    const std::string e(ext);
-    if (lower.size() >= e.size() && lower.compare(lower.size() - e.size(), e.size(), e) == 0) {
-      return true;
-    }
-  }
-  return false;
-}
+using data::is_image_file_name;
 
 /// True when `p` is a directory, following symlinks (os.DirEntry.is_dir()); false on errors.
 bool is_dir(const fs::path& p) {
@@ -59,7 +45,7 @@ void collect_class_files(const fs::path& dir, int label,
     }
     std::sort(names.begin(), names.end());
     for (const std::string& n : names) {
-      if (has_image_extension(n)) out.emplace_back((fs::path(d) / n).string(), label);
+      if (is_image_file_name(n)) out.emplace_back((fs::path(d) / n).string(), label);
     }
   }
 }

@@ -1,16 +1,23 @@
 // rn50 data: the threaded ImageFolder loader.
 //
-// Work is handed out per sample: a ticket t of the epoch is sample t % N of batch t / N, so all
-// workers cooperate on the oldest unfinished batch and batches come out in order by
-// construction. At most `window` batches (workers * prefetch) are in flight or waiting for the
-// consumer; workers block when they would start a batch beyond that. Each worker decodes into
-// its own scratch image and writes the augmented sample straight into its slot of the batch
-// buffer. Augmentation randomness is keyed by (seed, epoch, position in the epoch), so batches
-// are identical whatever the number of workers.
+// Work is handed out per sample: ticket t of the epoch is row t % B of batch t / B of this rank's
+// shard (data/shard.h), so all workers cooperate on the oldest unfinished batch and batches come
+// out in order by construction. At most `window` batches (workers * prefetch) are in flight or
+// waiting for the consumer; workers block when they would start a batch beyond that. Each worker
+// decodes into its own scratch buffers and writes the augmented sample straight into its row of
+// the batch buffer (a pooled host allocation, optionally from LoaderOptions::alloc_host, e.g.
+// pinned memory). Augmentation randomness is keyed by (seed, epoch, position in the epoch order,
+// attempt), so batches are identical whatever the number of workers or ranks.
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <fstream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -20,7 +27,8 @@
 #include "data/batch_buffer.h"
 #include "data/decode.h"
 #include "data/rng.h"
-#include "data/transforms.h"
+#include "data/sample.h"
+#include "data/shard.h"
 #include "rn50/data.h"
 
 namespace rn50 {
@@ -29,12 +37,12 @@ namespace {
 using data::BatchLayout;
 using data::BatchPool;
 
-/// Consecutive samples tried for one slot before the loader gives up (the slot's own sample and
-/// its replacements).
+/// Samples tried for one train slot before the loader gives up (the slot's own sample and the
+/// following ones of the epoch order).
 constexpr int kMaxDecodeAttempts = 16;
 
-/// The ImageFolder DataSource (see make_image_folder_source): index, epoch order, worker pool and
-/// the ring of batches being assembled. All pipeline state is guarded by mu_.
+/// The ImageFolder DataSource (see make_image_folder_source). Pipeline state is guarded by mu_,
+/// bad-file bookkeeping by bad_mu_.
 class ImageFolderSource final : public DataSource {
  public:
   ImageFolderSource(const std::string& split_root, Split split, const LoaderOptions& opt)
@@ -49,40 +57,53 @@ class ImageFolderSource final : public DataSource {
                "resize_short must be positive (got {})", opt.resize_short);
     RN50_CHECK(opt.workers >= 0, "workers must be >= 0 (got {})", opt.workers);
     RN50_CHECK(opt.prefetch >= 1, "prefetch must be >= 1 (got {})", opt.prefetch);
+    RN50_CHECK(opt.max_bad_fraction >= 0, "max_bad_fraction must be >= 0 (got {})",
+               opt.max_bad_fraction);
+    RN50_CHECK(opt.local_ranks >= 1, "local_ranks must be >= 1 (got {})", opt.local_ranks);
     const auto& cls = index_.classes;
     RN50_CHECK(
         !(std::count(cls.begin(), cls.end(), "train") && std::count(cls.begin(), cls.end(), "val")),
         "'{}' holds 'train' and 'val' folders: pass the split folder ('{}/train' or "
         "'{}/val'), not the dataset root",
         split_root, split_root, split_root);
-    drop_last_ = split == Split::train && opt.drop_last;
-    num_batches_ = drop_last_ ? n_ / opt.batch_size : (n_ + opt.batch_size - 1) / opt.batch_size;
-    RN50_CHECK(num_batches_ > 0, "'{}' has {} samples, fewer than one batch of {}", split_root, n_,
-               opt.batch_size);
-    total_ = drop_last_ ? num_batches_ * opt.batch_size : n_;
-    int workers = opt.workers > 0
-                      ? opt.workers
-                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const bool train = split == Split::train;
+    plan_ =
+        data::make_shard_plan(n_, opt.rank, opt.world_size, opt.batch_size, train, opt.drop_last);
+    RN50_CHECK(plan_.batches > 0,
+               "'{}' has {} samples: rank {} of {} gets {} per epoch, fewer than one batch of {}",
+               split_root, n_, opt.rank, opt.world_size, n_ / opt.world_size, opt.batch_size);
+    spec_.train = train;
+    spec_.crop = opt.crop_size;
+    spec_.resize_short = opt.resize_short;
+    spec_.exact = opt.exact_decode;
+    max_bad_ = static_cast<int64_t>(opt.max_bad_fraction * static_cast<double>(plan_.slots));
+
+    const int workers = opt.workers > 0 ? opt.workers : default_loader_workers(opt.local_ranks);
     window_ = std::max<int64_t>(2, int64_t{workers} * opt.prefetch);
     ring_.resize(static_cast<size_t>(window_));
-    pool_ = BatchPool(BatchLayout{opt.batch_size, opt.crop_size}, static_cast<size_t>(window_) + 4);
+    pool_ = BatchPool(BatchLayout{opt.batch_size, opt.crop_size}, static_cast<size_t>(window_) + 4,
+                      opt.alloc_host);
     threads_.reserve(static_cast<size_t>(workers));
     for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { worker_loop(); });
+    try {
+      pin_workers();
+    } catch (...) {
+      shutdown();
+      throw;
+    }
   }
 
-  ~ImageFolderSource() override {
-    {
-      std::lock_guard lk(mu_);
-      stop_ = true;
-    }
-    work_cv_.notify_all();
-    for (auto& t : threads_) t.join();  // each worker finishes at most its current sample
-  }
+  ~ImageFolderSource() override { shutdown(); }
 
   int64_t num_samples() const override { return n_; }
   int num_classes() const override { return static_cast<int>(index_.classes.size()); }
-  int64_t batches_per_epoch() const override { return num_batches_; }
+  int64_t batches_per_epoch() const override { return plan_.batches; }
   const std::vector<std::string>& classes() const override { return index_.classes; }
+  int64_t epoch_samples() const override {
+    int64_t v = 0;
+    for (int64_t b = 0; b < plan_.batches; ++b) v += plan_.valid_rows(b);
+    return v;
+  }
 
   void start_epoch(int epoch) override {
     std::unique_lock lk(mu_);
@@ -111,11 +132,12 @@ class ImageFolderSource final : public DataSource {
   bool next(Batch& out) override {
     std::unique_lock lk(mu_);
     RN50_CHECK(active_ || error_, "DataSource::next() called before start_epoch()");
-    if (consumed_ >= num_batches_) return false;
+    if (consumed_ >= plan_.batches) return false;
     Slot& slot = ring_[static_cast<size_t>(consumed_ % window_)];
     ready_cv_.wait(lk, [&] { return error_ || (slot.batch == consumed_ && slot.remaining == 0); });
     if (error_) std::rethrow_exception(error_);
-    out = data::batch_from_storage(slot.buf, pool_.layout(), slot.size);
+    if (slot.dropped > 0) compact(slot);
+    out = data::batch_from_storage(slot.buf, pool_.layout(), slot.rows - slot.dropped);
     slot = Slot{};  // drop our handle: the storage is recycled once the consumer drops `out`
     ++consumed_;
     lk.unlock();
@@ -128,20 +150,57 @@ class ImageFolderSource final : public DataSource {
     return static_cast<int64_t>(bad_this_epoch_.size());
   }
 
+  std::vector<std::string> bad_files() const override {
+    std::lock_guard lk(bad_mu_);
+    return bad_list_locked();
+  }
+
  private:
-  /// A batch being assembled: its index in the epoch, storage, valid rows, rows still to do.
+  /// A batch being assembled: its index in the epoch, storage, rows, rows still to do, and the
+  /// val rows without a sample (empty shard slots, undecodable files), removed by compact().
   struct Slot {
     int64_t batch = -1;
     std::shared_ptr<Storage> buf;
-    int64_t size = 0;
+    int64_t rows = 0;
     int64_t remaining = 0;
+    int64_t dropped = 0;
+    std::vector<uint8_t> ok;  ///< per row: holds a sample
   };
+
+  void shutdown() {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();  // each worker finishes at most its current sample
+    }
+  }
+
+  /// Applies LoaderOptions::worker_cpus and logs the mapping; throws naming a CPU that fails.
+  void pin_workers() {
+    if (opt_.worker_cpus.empty()) return;
+    std::string log;
+    for (size_t i = 0; i < threads_.size(); ++i) {
+      const int cpu = opt_.worker_cpus[i % opt_.worker_cpus.size()];
+      RN50_CHECK(cpu >= 0 && cpu < CPU_SETSIZE, "loader worker CPU {} is out of range", cpu);
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(cpu, &set);
+      const int rc = pthread_setaffinity_np(threads_[i].native_handle(), sizeof(set), &set);
+      RN50_CHECK(rc == 0, "cannot pin loader worker {} to CPU {}: {}", i, cpu, std::strerror(rc));
+      log += fmt::format("{}{}->cpu{}", i ? ", " : "", i, cpu);
+    }
+    std::fprintf(stderr, "rn50: loader: %zu worker threads pinned: %s\n", threads_.size(),
+                 log.c_str());
+  }
 
   void worker_loop() {
     std::unique_lock lk(mu_);
     for (;;) {
       work_cv_.wait(lk, [&] {
-        return stop_ || (active_ && !error_ && next_ticket_ < total_ &&
+        return stop_ || (active_ && !error_ && next_ticket_ < plan_.slots &&
                          next_ticket_ / opt_.batch_size < consumed_ + window_);
       });
       if (stop_) return;
@@ -157,14 +216,19 @@ class ImageFolderSource final : public DataSource {
       ++in_flight_;
       lk.unlock();
       std::exception_ptr err;
+      bool ok = true;
       try {
-        produce(t, epoch, img, label);
+        ok = produce(t, epoch, img, label);
       } catch (...) {
         err = std::current_exception();
       }
       lk.lock();
       --in_flight_;
       if (err && !error_) error_ = err;
+      if (!ok) {
+        slot.ok[static_cast<size_t>(row)] = 0;
+        ++slot.dropped;
+      }
       if (--slot.remaining == 0 || err) ready_cv_.notify_all();
       if (in_flight_ == 0) idle_cv_.notify_all();
     }
@@ -174,67 +238,125 @@ class ImageFolderSource final : public DataSource {
   void start_batch(Slot& slot, int64_t b) {
     slot.batch = b;
     slot.buf = pool_.acquire();
-    slot.size = std::min<int64_t>(opt_.batch_size, total_ - b * opt_.batch_size);
-    slot.remaining = slot.size;
-    if (slot.size < opt_.batch_size) {  // short last batch (val): zero pixels, label -1 past size
-      const BatchLayout& l = pool_.layout();
-      auto* base = static_cast<uint8_t*>(slot.buf->ptr);
-      const size_t per = size_t{3} * l.crop * l.crop;
-      std::fill(base + slot.size * per, base + l.n * per, uint8_t{0});
-      auto* labels = reinterpret_cast<int32_t*>(base + l.label_offset());
-      std::fill(labels + slot.size, labels + l.n, -1);
-    }
+    slot.rows = plan_.batch_rows(b);
+    slot.remaining = slot.rows;
+    slot.dropped = 0;
+    slot.ok.assign(static_cast<size_t>(opt_.batch_size), 1);
+    if (slot.rows < opt_.batch_size) clear_rows(slot, slot.rows);
   }
 
-  /// Decodes and augments the sample at epoch position `pos` into img/label. When a file cannot
-  /// be decoded it is logged and counted, and the next samples of the epoch order are tried in
-  /// turn (deterministically) until one decodes; throws after kMaxDecodeAttempts failures.
-  void produce(int64_t pos, int epoch, uint8_t* img, int32_t* label) {
+  /// Rows [from, N) of the slot's buffer: zero pixels, label -1.
+  void clear_rows(Slot& slot, int64_t from) {
+    const BatchLayout& l = pool_.layout();
+    auto* base = static_cast<uint8_t*>(slot.buf->ptr);
+    const size_t per = size_t{3} * l.crop * l.crop;
+    std::fill(base + from * per, base + l.n * per, uint8_t{0});
+    auto* labels = reinterpret_cast<int32_t*>(base + l.label_offset());
+    std::fill(labels + from, labels + l.n, -1);
+  }
+
+  /// Val: moves the rows holding samples to the front (keeping their order), clears the rest.
+  void compact(Slot& slot) {
+    const BatchLayout& l = pool_.layout();
+    auto* base = static_cast<uint8_t*>(slot.buf->ptr);
+    const size_t per = size_t{3} * l.crop * l.crop;
+    auto* labels = reinterpret_cast<int32_t*>(base + l.label_offset());
+    int64_t w = 0;
+    for (int64_t r = 0; r < slot.rows; ++r) {
+      if (!slot.ok[static_cast<size_t>(r)]) continue;
+      if (w != r) {
+        std::memcpy(base + w * per, base + r * per, per);
+        labels[w] = labels[r];
+      }
+      ++w;
+    }
+    clear_rows(slot, w);
+  }
+
+  /// Decodes and augments slot `k` of this rank's epoch into img/label. Returns false when the
+  /// row holds no sample (val: an empty shard slot or an undecodable file; its pixels are zero
+  /// and its label -1). Train: an undecodable file is replaced by the next samples of the epoch
+  /// order in turn (deterministically); throws after kMaxDecodeAttempts failures. Every bad file
+  /// is logged and counted (note_bad throws past max_bad_fraction).
+  bool produce(int64_t k, int epoch, uint8_t* img, int32_t* label) {
     thread_local std::vector<uint8_t> bytes;
-    thread_local Image image;
+    thread_local data::SampleScratch scratch;
+    const size_t per = size_t{3} * opt_.crop_size * opt_.crop_size;
+    const int64_t pos = plan_.position(k);
+    if (pos < 0) {
+      std::memset(img, 0, per);
+      *label = -1;
+      return false;
+    }
+    const int attempts = split_ == Split::train ? kMaxDecodeAttempts : 1;
     std::string last_error;
-    for (int attempt = 0; attempt < kMaxDecodeAttempts; ++attempt) {
+    for (int attempt = 0; attempt < attempts; ++attempt) {
       const int64_t idx = order_[static_cast<size_t>((pos + attempt) % n_)];
       const auto& [path, cls] = index_.samples[static_cast<size_t>(idx)];
       try {
         data::read_file(path, bytes);
-        data::decode_image(bytes.data(), bytes.size(), path, image);
-        if (split_ == Split::train) {
-          data::SampleRng rng(opt_.seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(pos),
-                              static_cast<uint64_t>(attempt));
-          data::train_transform(image, opt_.crop_size, rng, img);
-        } else {
-          data::eval_transform(image, opt_.resize_short, opt_.crop_size, img);
-        }
+        data::SampleRng rng(opt_.seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(pos),
+                            static_cast<uint64_t>(attempt));
+        data::process_sample(bytes.data(), bytes.size(), path, spec_, &rng, img, scratch);
         *label = cls;
-        return;
+        return true;
       } catch (const Error& e) {
         last_error = e.what();
         note_bad(idx, path, last_error);
       }
     }
+    if (split_ == Split::val) {
+      std::memset(img, 0, per);
+      *label = -1;
+      return false;
+    }
     RN50_FAIL("{} consecutive samples could not be decoded (epoch {}, position {}); last error: {}",
               kMaxDecodeAttempts, epoch, pos, last_error);
   }
 
-  /// Counts a bad file for this epoch; logs it once per source.
+  /// Counts a bad file for this epoch and logs it once per source; throws (after writing the
+  /// list to bad_files_path) when this epoch's count passes max_bad_fraction.
   void note_bad(int64_t idx, const std::string& path, const std::string& reason) {
     std::lock_guard lk(bad_mu_);
     bad_this_epoch_.insert(idx);
-    if (logged_bad_.insert(idx).second) {
+    if (bad_all_.emplace(idx, reason).second) {
       std::fprintf(stderr, "rn50: warning: skipping undecodable image '%s' (%s)\n", path.c_str(),
                    reason.c_str());
     }
+    const auto bad = static_cast<int64_t>(bad_this_epoch_.size());
+    if (bad <= max_bad_) return;
+    std::string where = "not written (no bad-files path was given)";
+    if (!opt_.bad_files_path.empty()) {
+      std::ofstream f(opt_.bad_files_path);
+      for (const std::string& line : bad_list_locked()) f << line << '\n';
+      f.close();
+      where = f ? fmt::format("listed in '{}'", opt_.bad_files_path)
+                : fmt::format("could not be written to '{}'", opt_.bad_files_path);
+    }
+    RN50_FAIL(
+        "too many undecodable images: {} in this epoch so far, more than max-bad-fraction "
+        "{} of the {} samples this process reads per epoch ({} allowed); the bad files are "
+        "{}; last: '{}' ({})",
+        bad, opt_.max_bad_fraction, plan_.slots, max_bad_, where, path, reason);
+  }
+
+  std::vector<std::string> bad_list_locked() const {
+    std::vector<std::string> out;
+    for (const auto& [idx, reason] : bad_all_) {
+      out.push_back(index_.samples[static_cast<size_t>(idx)].first + "\t" + reason);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
   }
 
   ImageFolderIndex index_;
   Split split_;
   LoaderOptions opt_;
   int64_t n_;
-  bool drop_last_ = true;
-  int64_t num_batches_ = 0;
-  int64_t total_ = 0;   ///< samples produced per epoch (num_batches * N with drop_last, else n)
-  int64_t window_ = 2;  ///< batches in flight or ready at most
+  data::ShardPlan plan_;
+  data::SampleSpec spec_;
+  int64_t max_bad_ = 0;  ///< bad files per epoch tolerated
+  int64_t window_ = 2;   ///< batches in flight or ready at most
 
   std::mutex mu_;  // guards everything below up to bad_mu_
   std::condition_variable work_cv_, ready_cv_, idle_cv_;
@@ -251,23 +373,34 @@ class ImageFolderSource final : public DataSource {
 
   mutable std::mutex bad_mu_;
   std::set<int64_t> bad_this_epoch_;
-  std::set<int64_t> logged_bad_;
+  std::map<int64_t, std::string> bad_all_;  ///< index -> reason, every bad file met
 
   std::vector<std::thread> threads_;  // last: started after every other member exists
 };
 
 }  // namespace
 
+int default_loader_workers(int local_ranks) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0
+                       ? CPU_COUNT(&set)
+                       : static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, cpus / std::max(1, local_ranks));
+}
+
 /// See rn50/data.h. `split_root` is the split folder itself (e.g. "<dataset>/train"), holding
 /// one sub-folder per class; `split` selects the augmentation and the order (train: per-epoch
-/// permutation of (seed, epoch), drop_last as opt.drop_last; val: file order, last batch short,
-/// its rows past `size` zero pixels and label -1). Up to max(2, workers * prefetch) batches are
-/// decoded ahead (each batch_size * 3 * crop^2 bytes). A file that fails to read or decode is
-/// logged once to stderr, counted in bad_samples() for every epoch it is met, and its slot is
-/// filled by the next sample of the epoch order (so batch sizes never change; in val that sample
-/// then appears twice); 16 failures in a row make next() throw. Throws rn50::Error for a bad
-/// folder (see ImageFolderIndex::scan), a dataset root holding train/ and val/, bad options, or
-/// fewer samples than one batch.
+/// permutation of (seed, epoch), sharded and batched per data/shard.h; val: file order, the last
+/// batch short, its rows past `size` zero pixels and label -1). Up to max(2, workers * prefetch)
+/// batches are decoded ahead (each batch_size * 3 * crop^2 bytes). A file that fails to read or
+/// decode is logged once to stderr (path and reason) and counted in bad_samples() for every
+/// epoch it is met. Train: its slot takes the next sample of the epoch order (batch sizes never
+/// change); 16 failures in a row make next() throw. Val: the sample is left out of its batch
+/// (the batch's `size` shrinks; the valid rows stay first and in order), never replaced by a
+/// duplicate. next() throws once an epoch's bad files exceed max_bad_fraction. Throws
+/// rn50::Error for a bad folder (see ImageFolderIndex::scan), a dataset root holding train/ and
+/// val/, bad options, or fewer samples per rank than one batch (train with drop_last).
 std::unique_ptr<DataSource> make_image_folder_source(const std::string& split_root, Split split,
                                                      const LoaderOptions& opt) {
   return std::make_unique<ImageFolderSource>(split_root, split, opt);

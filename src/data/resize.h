@@ -55,6 +55,15 @@ struct Rect {
 void resize_bilinear_aa(const RgbView& src, int out_w, int out_h, const ResizeBox* box,
                         const Rect& window, uint8_t* dst, ptrdiff_t dst_stride);
 
+/// The fast mode's resampler (LoaderOptions::exact_decode = false): the same filter as
+/// resize_bilinear_aa (Pillow BILINEAR taps, antialiasing support, `box` semantics) computed with
+/// 14-bit weights (each output's weights rounded, then corrected to sum exactly to 2^14) and an
+/// SSSE3 horizontal pass, about 3x faster. Results differ from Pillow's by at most a few levels
+/// (usually 0 or 1). `box` must lie inside `src` and be non-empty; the whole out_w x out_h result
+/// is written to dst (dst_stride bytes per row). Throws rn50::Error on bad sizes.
+void resize_bilinear_aa_fast(const RgbView& src, int out_w, int out_h, const ResizeBox& box,
+                             uint8_t* dst, ptrdiff_t dst_stride);
+
 /// Convenience form: the full out_w x out_h result as a new Image, optionally with Pillow's box.
 Image resize_bilinear_aa(const Image& src, int out_w, int out_h,
                          std::optional<ResizeBox> box = std::nullopt);

@@ -82,6 +82,11 @@ void validate(const TrainConfig& c) {
   positive(c.resize_short, "--resize-short");
   non_negative(c.num_classes, "--num-of-class");
   non_negative(c.workers, "--workers");
+  RN50_CHECK(std::isfinite(c.max_bad_fraction) && c.max_bad_fraction >= 0 &&
+                 c.max_bad_fraction <= 1,
+             "--max-bad-fraction {}: must be in [0, 1]", c.max_bad_fraction);
+  for (int cpu : c.worker_cpus)
+    RN50_CHECK(cpu >= 0, "--worker-cpus {}: CPU ids must be >= 0", cpu);
   positive(c.prefetch, "--prefetch");
   positive(c.eval_interval, "--eval-interval");
   non_negative(c.save_interval, "--save-interval");
@@ -150,6 +155,9 @@ nlohmann::ordered_json config_to_json(const TrainConfig& c) {
   j["resize_short"] = c.resize_short;
   j["workers"] = c.workers;
   j["prefetch"] = c.prefetch;
+  j["max_bad_fraction"] = c.max_bad_fraction;
+  j["exact_decode"] = c.exact_decode;
+  j["worker_cpus"] = c.worker_cpus;
   j["synthetic_samples"] = c.synthetic_samples;
   j["seed"] = c.seed;
   j["print_interval"] = c.print_interval;

@@ -59,6 +59,7 @@ class Trainer {
   void run();
 
  private:
+  void setup_backend();
   void setup_data();
   void setup_model();
   void load_weights();
@@ -111,6 +112,16 @@ void Trainer::setup_data() {
   lo.prefetch = cfg_.prefetch;
   lo.seed = cfg_.seed;
   lo.drop_last = true;
+  lo.max_bad_fraction = cfg_.max_bad_fraction;
+  lo.exact_decode = cfg_.exact_decode;
+  lo.worker_cpus = cfg_.worker_cpus;
+  lo.bad_files_path =
+      cfg_.report_file.empty() ? std::string("bad_files.txt") : cfg_.report_file + ".bad_files.txt";
+  // Batches straight into memory the backend uploads from fastest (pinned on CUDA).
+  Backend* be = backend_.get();
+  lo.alloc_host = [be](std::vector<int64_t> shape, DType dt, Layout l) {
+    return be->alloc_host(std::move(shape), dt, l);
+  };
   if (cfg_.data == DataKind::synthetic) {
     num_classes_ = cfg_.num_classes > 0 ? cfg_.num_classes : 1000;
     int64_t n = cfg_.synthetic_samples;
@@ -166,12 +177,15 @@ void Trainer::setup_data() {
                             cfg_.warmup_epochs, cfg_.epochs, std::max<int64_t>(1, steps_per_epoch_));
 }
 
-void Trainer::setup_model() {
+void Trainer::setup_backend() {
   device_ = resolve_device(cfg_.device);
   BackendOptions bo;
   bo.device_index = device_.index;
   bo.allow_tf32 = !cfg_.no_tf32;
   backend_ = make_backend(device_.backend, bo);
+}
+
+void Trainer::setup_model() {
   host_metrics_ = backend_->device().type == DeviceType::CPU;
   ModelOptions mo;
   mo.num_classes = num_classes_;
@@ -266,6 +280,7 @@ void Trainer::write_config_line() {
 }
 
 void Trainer::run() {
+  setup_backend();
   setup_data();
   setup_model();
   out("rn50 {} {}: {} on {} ({} backend, {}, {}), {} classes, batch {}{}\n", kRn50Version,
