@@ -71,7 +71,17 @@ else
   done
 fi
 
-# 5. real JPEGs
+# 5. NCCL at world size 1: the communicator's tests, then step time with and without it
+./build-gpu/test_dist_mpi --gtest_filter='DistNccl*' > "$LOG/nccl_tests.log" 2>&1
+say "nccl tests: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOG/nccl_tests.log" | tr '\n' ' ')"
+for kind in single nccl; do
+  mpirun --allow-run-as-root -np 1 ./build-gpu/rn50 train --benchmark --data synthetic --device cuda \
+    --amp --batch-size 256 --benchmark-steps 100 --benchmark-warmup-steps 20 --dist-backend $kind \
+    > "$LOG/comm_$kind.log" 2>&1
+  say "world size 1, --dist-backend $kind: $(grep 'train.ips' "$LOG/comm_$kind.log" | tail -1)"
+done
+
+# 6. real JPEGs
 if [ -d deps/data/imagenette-mini/train ]; then
   ./build-gpu/rn50 train --image-root deps/data/imagenette-mini --device cuda --amp --epochs 1 \
     --warmup-epochs 0 --batch-size 256 --checkpoint-dir "$LOG/ckpt" --report-file "$LOG/jpeg.jsonl" \

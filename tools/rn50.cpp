@@ -94,6 +94,17 @@ void add_train_flags(CLI::App* app, TrainConfig& c, TrainStrings& s, bool with_r
                 "grow/back off the fp16 loss scale like torch GradScaler; "
                 "--use-dynamic-loss-scaling=false keeps --scale-loss fixed (default true)");
   app->add_flag("--no-tf32", c.no_tf32, "f32 convolutions and GEMMs without TF32 tensor cores");
+  app->add_option("--dist-backend", c.dist_backend,
+                  "auto | single | mpi | nccl (default auto: nccl on GPUs, mpi on CPUs when "
+                  "launched on several processes)");
+  app->add_option("--bucket-size-mb", c.bucket_size_mb,
+                  "gradient allreduce bucket size, MiB (default 25)");
+  app->add_flag("--log-all-ranks", c.log_all_ranks, "every rank prints progress (default rank 0)");
+  app->add_option("--timeout", c.timeout,
+                  "seconds without progress before a rank stops the whole job; 0 = never "
+                  "(default 1800)");
+  app->add_option("--max-nonfinite-steps", c.max_nonfinite_steps,
+                  "consecutive inf/NaN losses tolerated before stopping (default 3)");
   app->add_flag("--no-cuda-graphs", c.no_cuda_graphs,
                 "run CUDA steps op by op instead of replaying a recorded CUDA graph");
   app->add_option("--data-layout", s.layout, "activation layout NCHW | NHWC (default NHWC)");

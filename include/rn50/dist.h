@@ -80,15 +80,22 @@ class Communicator {
 /// kind: "auto" (nccl when world_size > 1 and the backend is cuda, mpi when world_size > 1,
 /// else single), "single", "mpi" or "nccl". `backend` is the compute backend (nccl uses its
 /// stream). Throws rn50::Error naming the kind when it is not built (MPI/NCCL missing) or the
-/// launch is inconsistent (e.g. mpi requested without mpirun).
+/// launch is inconsistent (MPI's rank/size disagree with the launcher's variables, e.g. srun
+/// without PMI support; "single" in a multi-process job). "mpi"/"nccl" without any launcher is
+/// a valid 1-process job (MPI singleton).
 std::unique_ptr<Communicator> make_communicator(const std::string& kind, Backend& backend);
+/// Communicator kinds compiled into this build: {"single"}, plus "mpi" when built with MPI and
+/// "nccl" when built with CUDA, NCCL and MPI.
+std::vector<std::string> compiled_communicators();
 
 /// Buckets of gradients for overlapped allreduce (DDP-style). Parameters are given in the order
 /// backward finishes their gradients; consecutive ones fill buckets of at most `bucket_bytes`
 /// (a parameter larger than that gets its own bucket). Each bucket owns a contiguous f32 buffer
 /// on the backend; when the last parameter of a bucket is ready, its gradients are copied into
 /// the buffer and the allreduce starts. finish() waits for every bucket and copies the sums
-/// back into the gradient slab.
+/// back into the gradient slab. A bucket whose ranges tile one contiguous region of the slab
+/// skips the buffer and is reduced in place on that slab slice. With the "single"
+/// communicator nothing is allocated, copied or reduced.
 class GradBucketer {
  public:
   /// grads: the f32 gradient slab (1-D) on the backend; ranges: (offset, count) in elements of
@@ -118,6 +125,14 @@ class GradBucketer {
 std::string bind_to_cores(const std::vector<int>& cores);
 /// The cores local rank `local_rank` of `local_size` should use: an equal contiguous share of
 /// the cores this process may run on (on GPU nodes, the GPU's NUMA node when it is known).
+/// Shares are whole physical cores (SMT siblings together, sysfs topology) ordered by package;
+/// GPU r % device_count is assumed to be local rank r's. Returns the process's cores unchanged
+/// when the launcher bound the process (cores_bound_by_launcher()) or when there are fewer
+/// physical cores than ranks. Throws rn50::Error when local_rank is not in [0, local_size).
 std::vector<int> cores_for_local_rank(int local_rank, int local_size);
+/// Whether the launcher already bound this process to cores (OpenMPI's --bind-to, its default
+/// for -np <= 2 being one core per rank; Slurm's --cpu-bind). cores_for_local_rank then returns
+/// the process's cores unchanged (the launcher's choice is respected).
+bool cores_bound_by_launcher();
 
 }  // namespace rn50

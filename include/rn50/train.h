@@ -148,8 +148,22 @@ struct TrainConfig {
   /// the model from (num_batches_tracked entries ignored).
   std::string from_pretrained_params;
 
-  /// Processes taking part (no --flag yet: 1 until the distributed change).
+  // ---- data parallelism (launch with mpirun / srun; see README) ----
+  /// Processes taking part: set from the launcher's environment (OpenMPI / Slurm), not a flag.
   int world_size = 1;
+  /// --dist-backend: auto (nccl on GPUs, mpi on CPUs when world size > 1, else single), single,
+  /// mpi or nccl.
+  std::string dist_backend = "auto";
+  /// --bucket-size-mb: gradient allreduce bucket size, MiB (default 25, as torch DDP).
+  double bucket_size_mb = 25;
+  /// --log-all-ranks: every rank prints its progress (prefixed "[rank R]"); default rank 0 only.
+  bool log_all_ranks = false;
+  /// --timeout: seconds without progress after which a rank stops the whole job (a collective
+  /// stuck on a dead or hung rank); 0 = never (default 1800).
+  double timeout = 1800;
+  /// --max-nonfinite-steps: consecutive steps with an inf/NaN loss tolerated before the run
+  /// stops with an error (default 3; AMP overflow steps are skipped, not counted here).
+  int max_nonfinite_steps = 3;
 };
 
 /// Checks `cfg` and throws rn50::Error naming the flag and the bad value (e.g. "--epochs -1:

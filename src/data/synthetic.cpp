@@ -4,6 +4,7 @@
 #include "core/check.h"
 #include "data/batch_buffer.h"
 #include "data/rng.h"
+#include "data/shard.h"
 #include "rn50/data.h"
 
 namespace rn50 {
@@ -20,10 +21,15 @@ class SyntheticSource final : public DataSource {
     RN50_CHECK(opt.batch_size > 0, "batch size must be positive (got {})", opt.batch_size);
     RN50_CHECK(opt.crop_size > 0, "crop size must be positive (got {})", opt.crop_size);
     RN50_CHECK(num_classes > 0, "synthetic data needs at least one class (got {})", num_classes);
-    RN50_CHECK(num_samples >= opt.batch_size,
-               "synthetic data needs at least one batch of samples ({} < batch size {})",
-               num_samples, opt.batch_size);
-    num_batches_ = num_samples / opt.batch_size;
+    // Data parallelism: the same shard plan as the ImageFolder loader (data/shard.h), so every
+    // rank gets the same number of batches and val counts each sample exactly once.
+    plan_ = data::make_shard_plan(num_samples, opt.rank, opt.world_size, opt.batch_size,
+                                  /*train=*/opt.drop_last, /*drop_last=*/opt.drop_last);
+    RN50_CHECK(plan_.batches >= 1,
+               "synthetic data needs at least one batch of samples per rank ({} samples, {} "
+               "ranks, batch size {})",
+               num_samples, opt.world_size, opt.batch_size);
+    num_batches_ = plan_.batches;
     for (int c = 0; c < num_classes; ++c) classes_.push_back(fmt::format("class_{:04d}", c));
 
     // Distinct batches generated: all of them if they fit in kMaxSyntheticBytes, else as many
@@ -31,7 +37,7 @@ class SyntheticSource final : public DataSource {
     const data::BatchLayout one{opt.batch_size, opt.crop_size};
     const auto fit = static_cast<int64_t>(kMaxSyntheticBytes / one.total_bytes());
     distinct_ = std::clamp<int64_t>(fit, 1, num_batches_);
-    data::SampleRng rng(opt.seed, 0x5e7, 0);
+    data::SampleRng rng(opt.seed, 0x5e7, static_cast<uint64_t>(opt.rank));  // distinct per rank
     for (int64_t b = 0; b < distinct_; ++b) {
       auto s = data::allocate_host_storage(one.total_bytes());
       auto* px = static_cast<uint8_t*>(s->ptr);
@@ -55,13 +61,20 @@ class SyntheticSource final : public DataSource {
   bool next(Batch& out) override {
     if (next_ >= num_batches_) return false;
     out = batches_[static_cast<size_t>(next_ % distinct_)];
+    out.size = plan_.valid_rows(next_);  // val: empty shard slots at the end are not counted
     ++next_;
     return true;
   }
   int64_t bad_samples() const override { return 0; }
+  int64_t epoch_samples() const override {
+    int64_t v = 0;
+    for (int64_t b = 0; b < num_batches_; ++b) v += plan_.valid_rows(b);
+    return v;
+  }
 
  private:
   LoaderOptions opt_;
+  data::ShardPlan plan_;
   int64_t n_;
   int64_t num_batches_ = 0;
   int64_t distinct_ = 1;
@@ -73,8 +86,10 @@ class SyntheticSource final : public DataSource {
 }  // namespace
 
 /// See rn50/data.h. Images are uniform random bytes, labels uniform in [0, num_classes), both
-/// drawn once from opt.seed; every epoch serves the same batches in the same order
-/// (num_samples / batch_size of them, the remainder dropped). Batches share memory with the
+/// drawn once from (opt.seed, opt.rank); every epoch serves the same batches in the same order.
+/// Sharded like the ImageFolder loader (data/shard.h): with drop_last (train) each rank gets
+/// floor(floor(N / world) / batch) full batches; without (val) ceil(ceil(N / world) / batch)
+/// batches whose sizes add up, over the ranks, to exactly N. Batches share memory with the
 /// source (zero-copy): consumers must treat them as read-only. Throws rn50::Error for
 /// num_samples < batch_size or num_classes < 1.
 std::unique_ptr<DataSource> make_synthetic_source(int64_t num_samples, int num_classes,

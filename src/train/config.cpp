@@ -95,6 +95,14 @@ void validate(const TrainConfig& c) {
   non_negative(c.benchmark_warmup_steps, "--benchmark-warmup-steps");
   non_negative(c.synthetic_samples, "--synthetic-samples");
   positive(c.world_size, "world size");
+  RN50_CHECK(c.dist_backend == "auto" || c.dist_backend == "single" || c.dist_backend == "mpi" ||
+                 c.dist_backend == "nccl",
+             "--dist-backend '{}': expected auto, single, mpi or nccl", c.dist_backend);
+  RN50_CHECK(std::isfinite(c.bucket_size_mb) && c.bucket_size_mb > 0,
+             "--bucket-size-mb {}: must be a number > 0", c.bucket_size_mb);
+  RN50_CHECK(std::isfinite(c.timeout) && c.timeout >= 0,
+             "--timeout {}: must be a number of seconds >= 0", c.timeout);
+  positive(c.max_nonfinite_steps, "--max-nonfinite-steps");
   try {
     arch_from_name(c.arch);
   } catch (const Error& e) {
@@ -169,6 +177,11 @@ nlohmann::ordered_json config_to_json(const TrainConfig& c) {
   j["last_epoch_of_checkpoint"] = c.last_epoch_of_checkpoint;
   j["from_pretrained_params"] = c.from_pretrained_params;
   j["world_size"] = c.world_size;
+  j["dist_backend"] = c.dist_backend;
+  j["bucket_size_mb"] = c.bucket_size_mb;
+  j["log_all_ranks"] = c.log_all_ranks;
+  j["timeout"] = c.timeout;
+  j["max_nonfinite_steps"] = c.max_nonfinite_steps;
   j["version"] = kRn50Version;
   return j;
 }

@@ -12,7 +12,7 @@
 namespace rn50 {
 
 EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double label_smoothing,
-                    int print_interval, int epoch) {
+                    int print_interval, int epoch, Communicator* comm) {
   InputStage input(backend, model.options().layout, model.options().compute_dtype,
                    model.options().num_classes, 1);
   const int64_t k = model.options().num_classes;
@@ -25,6 +25,7 @@ EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double 
   int64_t i = 0;
   while (source.next(b)) {
     ++i;
+    if (comm) comm->heartbeat();
     if (b.size <= 0) continue;
     input.load(b);
     const Tensor& logits = model.forward(input.x(), /*train=*/false);
@@ -53,6 +54,23 @@ EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double 
       std::fflush(stdout);
     }
   }
+  int64_t bad = source.bad_samples();
+  if (comm && comm->world_size() > 1) {
+    // Exact global metrics: integer counts and the loss sum of every rank, one allreduce.
+    std::vector<double> v{sums.loss_sum,
+                          static_cast<double>(sums.loss_samples),
+                          static_cast<double>(sums.top1),
+                          static_cast<double>(sums.top5),
+                          static_cast<double>(sums.acc_samples),
+                          static_cast<double>(bad)};
+    comm->allreduce_sum_host(v);
+    sums.loss_sum = v[0];
+    sums.loss_samples = static_cast<int64_t>(v[1]);
+    sums.top1 = static_cast<int64_t>(v[2]);
+    sums.top5 = static_cast<int64_t>(v[3]);
+    sums.acc_samples = static_cast<int64_t>(v[4]);
+    bad = static_cast<int64_t>(v[5]);
+  }
   EvalResult r;
   r.seconds = seconds_between(t0, ThroughputMeter::Clock::now());
   r.images = sums.acc_samples;
@@ -60,7 +78,7 @@ EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double 
   r.top1 = sums.top1_pct();
   r.top5 = sums.top5_pct();
   r.ips = r.seconds > 0 ? static_cast<double>(r.images) / r.seconds : 0.0;
-  r.bad_samples = source.bad_samples();
+  r.bad_samples = bad;
   return r;
 }
 

@@ -5,6 +5,7 @@
 
 #include "rn50/backend.h"
 #include "rn50/data.h"
+#include "rn50/dist.h"
 #include "rn50/model.h"
 
 namespace rn50 {
@@ -22,7 +23,11 @@ struct EvalResult {
 /// Evaluates `model` on every batch of `source` (epoch `epoch` of the source; val sources do
 /// not shuffle). Logits are read back to the host per batch; loss and top-k use only the first
 /// Batch::size rows. print_interval > 0 prints a progress line every that many batches.
+/// comm (data parallelism; null = one process): each rank evaluates its shard (every sample in
+/// exactly one shard), then (loss sum, top-1 and top-5 correct, count, bad files) are summed
+/// over the ranks in one allreduce, so every rank returns the exact global result whatever the
+/// world size; the watchdog heartbeat is given every batch.
 EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double label_smoothing,
-                    int print_interval, int epoch = 0);
+                    int print_interval, int epoch = 0, Communicator* comm = nullptr);
 
 }  // namespace rn50

@@ -1,6 +1,7 @@
 #include "train/train_step.h"
 
 #include <cmath>
+#include <vector>
 
 #include "core/check.h"
 
@@ -16,9 +17,19 @@ TrainStep::TrainStep(Backend& backend, ResNet& model, InputStage& input, const S
   // next step may overwrite the value at once (pinned memory would be read when the copy runs).
   lr_host_ = Tensor::empty({1}, DType::f32);
   set_loss_scale(opt_.loss_scaling ? opt_.initial_loss_scale : 1.f, 0.f);
+  if (opt_.bucketer) {
+    // Parameter index -> its position in the ready order (the bucketer's numbering).
+    std::vector<int> pos(model_.params().size(), -1);
+    const std::vector<int>& order = model_.grad_ready_order();
+    for (size_t k = 0; k < order.size(); ++k) pos[order[k]] = static_cast<int>(k);
+    GradBucketer* b = opt_.bucketer;
+    model_.set_grad_ready_hook([b, pos](int i) { b->ready(pos[i]); });
+  }
 }
 
-TrainStep::~TrainStep() = default;
+TrainStep::~TrainStep() {
+  if (opt_.bucketer) model_.set_grad_ready_hook({});
+}
 
 void TrainStep::set_loss_scale(float scale, float skipped_steps) {
   RN50_CHECK(scale > 0.f && std::isfinite(scale), "loss scale must be a positive number, got {}",
@@ -53,8 +64,10 @@ void TrainStep::queue_step(int slot) {
   }
   const Tensor& labels = input_.labels(slot);
   be_.softmax_xent_fwd(logits, labels, opt_.label_smoothing, loss_, probs_);
-  be_.softmax_xent_bwd(probs_, labels, opt_.label_smoothing, 1.f, dlogits_, state_);
+  be_.softmax_xent_bwd(probs_, labels, opt_.label_smoothing, opt_.loss_grad_scale, dlogits_,
+                       state_);
   model_.backward(dlogits_);
+  if (opt_.bucketer) opt_.bucketer->finish();  // summed (= averaged) gradients in the slab
   if (opt_.loss_scaling) be_.check_finite(model_.grad_slab(), state_);
   SgdParams p;
   p.momentum = opt_.momentum;

@@ -8,6 +8,10 @@
 // eagerly once (cuDNN algorithm search, workspace growth) and is then recorded once as a graph
 // and replayed: one launch per step.
 //
+// Data parallelism: each rank's loss gradient is scaled by 1/world and the gradient buckets
+// are allreduced (summed) as backward produces them (StepOptions::bucketer), before the
+// overflow check and SGD, so every rank applies the same averaged step.
+//
 // AMP (DLE --amp): fp16 with dynamic loss scaling as torch.cuda.amp.GradScaler (init scale
 // --scale-loss, growth x2 every 2000 finite steps, backoff x0.5 and the step skipped on an
 // inf/NaN gradient); bf16 without scaling (torch autocast bf16 needs none).
@@ -18,6 +22,7 @@
 #include <memory>
 
 #include "rn50/backend.h"
+#include "rn50/dist.h"
 #include "rn50/model.h"
 #include "train/input.h"
 
@@ -34,6 +39,12 @@ struct StepOptions {
   LossScaleParams scale;
   /// Record the step as a graph and replay it when the backend can (CUDA).
   bool use_graphs = true;
+  /// Multiplies the loss gradient: 1 / world_size in data-parallel training, so that the SUM
+  /// allreduce of the gradients gives their mean over the global batch (DLE / torch DDP).
+  float loss_grad_scale = 1.f;
+  /// Data parallelism: the gradient buckets to allreduce during backward (null: one process).
+  /// TrainStep feeds it from the model's grad-ready hook and waits for it before the optimiser.
+  GradBucketer* bucketer = nullptr;
 };
 
 class TrainStep {

@@ -8,6 +8,7 @@
 // backends only, where that is free). AMP overflow skips are read from the device step state at
 // the same boundaries and logged.
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "core/check.h"
 #include "rn50/backend.h"
 #include "rn50/data.h"
+#include "rn50/dist.h"
 #include "rn50/model.h"
 #include "rn50/train.h"
 #include "train/checkpoint.h"
@@ -47,18 +49,31 @@ std::string fmt_duration(double s) {
   return fmt::format("{}s", t);
 }
 
+// Progress goes to stdout from rank 0 only, or from every rank with --log-all-ranks (each line
+// then prefixed "[rank R] "). Set once by run_train from the launcher's environment.
+bool g_log = true;
+std::string g_prefix;
+
+/// OpenMP threads of the CPU backend (oneDNN, reference loops) for this process.
+void set_cpu_threads(int n) { omp_set_num_threads(n); }
+
 template <class... A>
 void out(fmt::format_string<A...> f, A&&... a) {
-  std::fputs(fmt::format(f, std::forward<A>(a)...).c_str(), stdout);
+  if (!g_log) return;
+  std::fputs((g_prefix + fmt::format(f, std::forward<A>(a)...)).c_str(), stdout);
   std::fflush(stdout);
 }
 
 class Trainer {
  public:
-  explicit Trainer(const TrainConfig& cfg) : cfg_(cfg), report_(cfg.report_file) {}
+  /// Reports are written by rank 0 only.
+  Trainer(const TrainConfig& cfg, const ProcessInfo& proc)
+      : cfg_(cfg), proc_(proc), report_(proc.rank == 0 ? cfg.report_file : std::string()) {}
+  /// Runs; on an error in a multi-process run, stops every rank (Communicator::abort).
   void run();
 
  private:
+  void run_impl();
   void setup_backend();
   void setup_data();
   void setup_model();
@@ -77,7 +92,9 @@ class Trainer {
   CheckpointState make_state(int epoch) const;
 
   TrainConfig cfg_;
+  ProcessInfo proc_;
   ReportWriter report_;
+  int nonfinite_run_ = 0;  ///< consecutive steps with an inf/NaN loss
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<ResNet> model_;
   std::unique_ptr<DataSource> train_, val_;
@@ -97,6 +114,10 @@ class Trainer {
   int64_t global_step_ = 0;
   int resumed_epoch_ = -1;
   std::string resumed_from_;
+  // Declared last so that they are destroyed first: pending NCCL reductions and bucket buffers
+  // reference the backend (and its stream).
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<GradBucketer> bucketer_;
 };
 
 void Trainer::setup_data() {
@@ -113,6 +134,9 @@ void Trainer::setup_data() {
   lo.seed = cfg_.seed;
   lo.drop_last = true;
   lo.max_bad_fraction = cfg_.max_bad_fraction;
+  lo.rank = proc_.rank;
+  lo.world_size = proc_.world_size;
+  lo.local_ranks = proc_.local_size;
   lo.exact_decode = cfg_.exact_decode;
   lo.worker_cpus = cfg_.worker_cpus;
   lo.bad_files_path =
@@ -179,10 +203,36 @@ void Trainer::setup_data() {
 
 void Trainer::setup_backend() {
   device_ = resolve_device(cfg_.device);
+  // One GPU per local rank: with several processes, "cuda"/"auto" means cuda:<local rank>.
+  if (device_.backend == "cuda" && proc_.world_size > 1 && cfg_.device.find(':') == std::string::npos) {
+    const int n = cuda_device_count();
+    RN50_CHECK(proc_.local_rank < n, "local rank {} has no GPU: this node has {} GPU(s) and {} "
+               "processes (one GPU per process)", proc_.local_rank, n, proc_.local_size);
+    device_.index = proc_.local_rank;
+    device_.name = "cuda:" + std::to_string(proc_.local_rank);
+  }
+  // Each local rank's threads (loader workers, OpenMP) on its own share of the cores.
+  if (proc_.local_size > 1) {
+    const std::vector<int> cores = cores_for_local_rank(proc_.local_rank, proc_.local_size);
+    const std::string where = bind_to_cores(cores);
+    if (!cores.empty()) {
+      set_cpu_threads(static_cast<int>(cores.size()));
+      std::fprintf(stderr, "rank %d (local %d of %d): threads bound to %s\n", proc_.rank,
+                   proc_.local_rank, proc_.local_size, where.c_str());
+    }
+  }
   BackendOptions bo;
   bo.device_index = device_.index;
   bo.allow_tf32 = !cfg_.no_tf32;
   backend_ = make_backend(device_.backend, bo);
+  comm_ = make_communicator(cfg_.dist_backend, *backend_);
+  RN50_CHECK(comm_->world_size() == proc_.world_size,
+             "communicator '{}' sees {} processes, the launcher {}", comm_->name(),
+             comm_->world_size(), proc_.world_size);
+  RN50_CHECK(!(comm_->name() == "mpi" && backend_->name() == "cuda"),
+             "--dist-backend mpi reduces host tensors; GPU training needs --dist-backend nccl "
+             "(or auto)");
+  if (cfg_.timeout > 0 && proc_.world_size > 1) comm_->start_watchdog(cfg_.timeout);
 }
 
 void Trainer::setup_model() {
@@ -206,6 +256,18 @@ void Trainer::setup_model() {
   so.initial_loss_scale = static_cast<float>(cfg_.scale_loss);
   so.scale.dynamic = cfg_.use_dynamic_loss_scaling;
   so.use_graphs = !cfg_.no_cuda_graphs;
+  // Gradient allreduce with several processes, or when a communicator is asked for explicitly
+  // (e.g. --dist-backend nccl at world size 1, to measure its overhead).
+  if (proc_.world_size > 1 || comm_->name() != "single") {
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (int i : model_->grad_ready_order())
+      ranges.emplace_back(model_->params()[i].offset, model_->params()[i].numel());
+    bucketer_ = std::make_unique<GradBucketer>(
+        *comm_, *backend_, model_->grad_slab(), std::move(ranges),
+        static_cast<size_t>(cfg_.bucket_size_mb * 1024 * 1024));
+    so.bucketer = bucketer_.get();
+    so.loss_grad_scale = 1.f / static_cast<float>(proc_.world_size);
+  }
   loss_scale_ = loss_scaling_ ? so.initial_loss_scale : 1.f;
   step_ = std::make_unique<TrainStep>(*backend_, *model_, *input_, so);
 }
@@ -263,6 +325,9 @@ void Trainer::write_config_line() {
   j["num_of_class"] = num_classes_;  // resolved
   j["classes"] = classes_.size();
   j["global_batch_size"] = static_cast<int64_t>(cfg_.batch_size) * cfg_.world_size;
+  j["rank"] = proc_.rank;
+  j["launcher"] = proc_.launcher;
+  j["communicator"] = comm_->name();
   j["base_lr"] = sched_.base_lr;
   j["steps_per_epoch"] = steps_per_epoch_;
   j["backend"] = backend_->name();
@@ -280,6 +345,15 @@ void Trainer::write_config_line() {
 }
 
 void Trainer::run() {
+  try {
+    run_impl();
+  } catch (const std::exception& e) {
+    if (comm_ && comm_->world_size() > 1) comm_->abort(e.what());  // stops every rank
+    throw;
+  }
+}
+
+void Trainer::run_impl() {
   setup_backend();
   setup_data();
   setup_model();
@@ -312,7 +386,8 @@ void Trainer::run_eval_only() {
   if (cfg_.from_checkpoint.empty() && cfg_.from_pretrained_params.empty())
     std::cerr << "warning: evaluating randomly initialised weights (pass --from-checkpoint or "
                  "--from-pretrained-params)\n";
-  EvalResult r = evaluate(*model_, *backend_, *val_, cfg_.label_smoothing, cfg_.print_interval);
+  EvalResult r = evaluate(*model_, *backend_, *val_, cfg_.label_smoothing,
+                          g_log ? cfg_.print_interval : 0, 0, comm_.get());
   out("eval: loss {:.4f} top1 {:.2f}% top5 {:.2f}% ({} images, {:.1f} img/s, {} bad)\n", r.loss,
       r.top1, r.top5, r.images, r.ips, r.bad_samples);
   json j;
@@ -329,6 +404,7 @@ void Trainer::run_eval_only() {
 
 void Trainer::train_step(const Batch& b, double lr, int64_t slot, MetricSums* topk_sums) {
   Backend& be = *backend_;
+  comm_->heartbeat();
   const int s = input_->upload(b);
   step_->run(s, lr);
   input_->release(s);
@@ -395,13 +471,29 @@ void Trainer::run_training() {
       std::vector<float> losses = read_losses(static_cast<int64_t>(sizes.size()));
       double interval_sum = 0;
       int64_t interval_n = 0;
+      comm_->heartbeat();
       for (size_t i = 0; i < sizes.size(); ++i) {
-        RN50_CHECK(std::isfinite(losses[i]),
-                   "training diverged: loss is {} at global step {} (epoch {}, lr {:.6g})",
-                   losses[i], global_step_ - static_cast<int64_t>(sizes.size() - i), epoch, lrs[i]);
+        const int64_t at = global_step_ - static_cast<int64_t>(sizes.size() - i);
+        if (!std::isfinite(losses[i])) {
+          ++nonfinite_run_;
+          RN50_CHECK(nonfinite_run_ < cfg_.max_nonfinite_steps,
+                     "training diverged: loss is {} for {} steps in a row, the last at global "
+                     "step {} (epoch {}, lr {:.6g}; --max-nonfinite-steps {})",
+                     losses[i], nonfinite_run_, at, epoch, lrs[i], cfg_.max_nonfinite_steps);
+          std::cerr << fmt::format("{}warning: loss is {} at global step {}\n", g_prefix,
+                                   losses[i], at);
+          continue;
+        }
+        nonfinite_run_ = 0;
         sums.add_loss(losses[i], sizes[i]);
         interval_sum += static_cast<double>(losses[i]) * static_cast<double>(sizes[i]);
         interval_n += sizes[i];
+      }
+      if (proc_.world_size > 1) {  // the loss over the global batch
+        std::vector<double> v{interval_sum, static_cast<double>(interval_n)};
+        comm_->allreduce_sum_host(v);
+        interval_sum = v[0];
+        interval_n = static_cast<int64_t>(v[1]);
       }
       const float last = losses.back();
       check_amp_skips(global_step_);
@@ -409,8 +501,9 @@ void Trainer::run_training() {
         const double el = seconds_between(t_epoch, Clock::now());
         const double per_step = el / static_cast<double>(step_in_epoch);
         const double eta = per_step * static_cast<double>(total_steps - global_step_);
-        const double ips = meter.measured_steps() ? meter.ips()
-                                                  : static_cast<double>(interval_n) / el;
+        const double ips = meter.measured_steps()
+                               ? meter.ips() * proc_.world_size
+                               : static_cast<double>(interval_n) / el;
         out("epoch {} ({}/{}) step {}/{} loss {:.4f} lr {:.6g} img/s {:.1f} eta {}\n", epoch,
             epoch + 1, cfg_.epochs, step_in_epoch, steps_per_epoch_, last, lrs.back(), ips,
             fmt_duration(eta));
@@ -419,7 +512,8 @@ void Trainer::run_training() {
         j["epoch"] = epoch;
         j["step"] = global_step_;
         j["train.loss"] = json_number(last);
-        j["train.loss_avg"] = json_number(interval_sum / static_cast<double>(interval_n));
+        j["train.loss_avg"] =
+            json_number(interval_n ? interval_sum / static_cast<double>(interval_n) : NAN);
         j["train.lr"] = lrs.back();
         j["train.ips"] = json_number(ips);
         if (loss_scaling_) {
@@ -456,24 +550,44 @@ void Trainer::run_training() {
     if (cfg_.save_interval > 0 && ((epoch + 1) % cfg_.save_interval == 0 || last_epoch)) {
       const std::string dir =
           (fs::path(cfg_.checkpoint_dir) / cfg_.arch / std::to_string(epoch)).string();
-      save_checkpoint(dir, *model_, *backend_, step_->momentum(), make_state(epoch));
-      out("saved checkpoint {}\n", dir);
+      // Rank 0 writes (every rank holds the same weights); the others wait for it, so that
+      // no rank runs ahead of a checkpoint that could be resumed from.
+      if (proc_.rank == 0) {
+        save_checkpoint(dir, *model_, *backend_, step_->momentum(), make_state(epoch));
+        out("saved checkpoint {}\n", dir);
+      }
+      comm_->heartbeat();
+      comm_->barrier();
     }
     const bool do_eval = cfg_.run_scope == RunScope::train_eval &&
                          ((epoch + 1) % cfg_.eval_interval == 0 || last_epoch);
     EvalResult ev;
     if (do_eval)
-      ev = evaluate(*model_, *backend_, *val_, cfg_.label_smoothing, 0, 0);
+      ev = evaluate(*model_, *backend_, *val_, cfg_.label_smoothing, 0, 0, comm_.get());
 
+    int64_t bad_all = bad;
+    if (proc_.world_size > 1) {  // epoch metrics over every rank's samples
+      std::vector<double> v{sums.loss_sum, static_cast<double>(sums.loss_samples),
+                            static_cast<double>(sums.top1), static_cast<double>(sums.top5),
+                            static_cast<double>(sums.acc_samples), static_cast<double>(bad)};
+      comm_->allreduce_sum_host(v);
+      sums.loss_sum = v[0];
+      sums.loss_samples = static_cast<int64_t>(v[1]);
+      sums.top1 = static_cast<int64_t>(v[2]);
+      sums.top5 = static_cast<int64_t>(v[3]);
+      sums.acc_samples = static_cast<int64_t>(v[4]);
+      bad_all = static_cast<int64_t>(v[5]);
+    }
+    // Images/s of the whole job: every rank runs the same steps in lockstep (allreduce).
     const double ips = meter.measured_steps()
-                           ? meter.ips()
+                           ? meter.ips() * proc_.world_size
                            : static_cast<double>(sums.loss_samples) /
                                  seconds_between(t_epoch, Clock::now());
     std::string line = fmt::format(
         "epoch {} ({}/{}) done: train loss {:.4f} top1 {:.2f}% top5 {:.2f}% {:.1f} img/s data "
         "{:.3f} s/step compute {:.3f} s/step bad samples {}",
         epoch, epoch + 1, cfg_.epochs, sums.loss(), sums.top1_pct(), sums.top5_pct(), ips,
-        meter.mean_data_time(), meter.mean_compute_time(), bad);
+        meter.mean_data_time(), meter.mean_compute_time(), bad_all);
     if (do_eval)
       line += fmt::format(" | val loss {:.4f} top1 {:.2f}% top5 {:.2f}% ({} images, {:.1f} img/s)",
                           ev.loss, ev.top1, ev.top5, ev.images, ev.ips);
@@ -489,7 +603,7 @@ void Trainer::run_training() {
     j["train.ips"] = json_number(ips);
     j["train.data_time"] = meter.mean_data_time();
     j["train.compute_time"] = meter.mean_compute_time();
-    j["train.bad_samples"] = bad;
+    j["train.bad_samples"] = bad_all;
     if (loss_scaling_) {
       j["train.loss_scale"] = loss_scale_;
       j["train.skipped_steps"] = skipped_steps_;
@@ -534,19 +648,24 @@ void Trainer::run_benchmark() {
       check_amp_skips(global_step_);
       out("benchmark step {}/{}{} loss {:.4f} lr {:.6g}{}\n", i + 1, warm + steps,
           i < warm ? " (warmup)" : "", last_loss, lr,
-          meter.measured_steps() ? fmt::format(" img/s {:.1f}", meter.ips()) : std::string());
+          meter.measured_steps() ? fmt::format(" img/s {:.1f}", meter.ips() * proc_.world_size)
+                                 : std::string());
     }
   }
-  out("benchmark: train.ips {:.2f} img/s over {} steps of batch {} ({:.2f} s), data {:.4f} "
-      "s/step compute {:.4f} s/step\n",
-      meter.ips(), meter.measured_steps(), cfg_.batch_size, meter.measured_seconds(),
+  const double job_ips = meter.ips() * proc_.world_size;
+  out("benchmark: train.ips {:.2f} img/s over {} steps of batch {} x {} process(es) ({:.2f} s), "
+      "data {:.4f} s/step compute {:.4f} s/step\n",
+      job_ips, meter.measured_steps(), cfg_.batch_size, proc_.world_size, meter.measured_seconds(),
       meter.mean_data_time(), meter.mean_compute_time());
   json j;
   j["type"] = "benchmark";
-  j["train.ips"] = json_number(meter.ips());
+  j["train.ips"] = json_number(job_ips);
+  j["train.ips_per_rank"] = json_number(meter.ips());
+  j["world_size"] = proc_.world_size;
   j["train.data_time"] = meter.mean_data_time();
   j["train.compute_time"] = meter.mean_compute_time();
   j["train.loss"] = json_number(last_loss);
+  if (bucketer_) j["allreduce_wait_seconds_last_step"] = bucketer_->last_wait_seconds();
   j["steps"] = meter.measured_steps();
   j["warmup_steps"] = warm;
   j["batch_size"] = cfg_.batch_size;
@@ -576,10 +695,16 @@ void Trainer::run_benchmark() {
 
 }  // namespace
 
-int run_train(const TrainConfig& cfg) {
+int run_train(const TrainConfig& config) {
   try {
+    TrainConfig cfg = config;
+    const ProcessInfo proc = ProcessInfo::from_environment();
+    cfg.world_size = proc.world_size;
+    g_log = proc.rank == 0 || cfg.log_all_ranks;
+    g_prefix = proc.world_size > 1 && cfg.log_all_ranks ? fmt::format("[rank {}] ", proc.rank)
+                                                        : std::string();
     validate(cfg);
-    Trainer t(cfg);
+    Trainer t(cfg, proc);
     t.run();
     return 0;
   } catch (const Error& e) {

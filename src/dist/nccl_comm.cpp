@@ -1,0 +1,188 @@
+// rn50: the NCCL communicator: in-place SUM allreduce of F32 tensors on the backend's GPU.
+// Compiled only with the CUDA backend, MPI and NCCL (RN50_HAVE_NCCL).
+//
+// NEVER RUN YET: written against nccl.h (NCCL 2.28) and the CUDA runtime API on a machine
+// without a GPU; it compiles here. The first GPU run must check the world-size-1 path (the
+// trainer's numbers with and without it) and a multi-GPU allreduce.
+//
+// Bootstrap (NCCL docs, "Creating a communicator"): an internal MPI communicator broadcasts the
+// ncclUniqueId that rank 0 made; every rank then calls ncclCommInitRank on the backend's GPU.
+// Ordering (NCCL docs, "CUDA stream semantics"): allreduce_sum_async records an event on the
+// backend's stream, makes a dedicated high-priority comm stream wait for it, queues
+// ncclAllReduce there and records a done event; PendingReduce::wait() makes the backend's stream
+// wait for that event. The host never blocks, the backend's stream keeps computing while the
+// reduction runs, and the pattern (fork/join through events) is legal inside CUDA graph capture.
+// Host-side collectives, barrier, watchdog and abort go through the MPI communicator.
+#ifdef RN50_HAVE_NCCL
+#include <nccl.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/cuda/cuda_util.h"
+#include "core/check.h"
+#include "dist/comm_impl.h"
+#include "dist/mpi_comm.h"
+
+#define RN50_NCCL_CHECK(expr)                                                              \
+  do {                                                                                     \
+    ncclResult_t rn50_nr_ = (expr);                                                        \
+    RN50_CHECK(rn50_nr_ == ncclSuccess, "NCCL error {} in {} at {}:{}",                    \
+               ncclGetErrorString(rn50_nr_), #expr, __FILE__, __LINE__);                   \
+  } while (0)
+
+namespace rn50::dist {
+namespace {
+
+/// Pairs of (ready, done) events, reused across steps so that a step allocates nothing (CUDA
+/// graphs). Shared with the pending reductions so that they may outlive nothing they use.
+struct EventPool {
+  std::mutex mutex;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> free;
+  ~EventPool() {
+    for (auto& [a, b] : free) {
+      cudaEventDestroy(a);
+      cudaEventDestroy(b);
+    }
+  }
+  std::pair<cudaEvent_t, cudaEvent_t> get() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!free.empty()) {
+        auto e = free.back();
+        free.pop_back();
+        return e;
+      }
+    }
+    cudaEvent_t a = nullptr, b = nullptr;
+    RN50_CUDA_CHECK(cudaEventCreateWithFlags(&a, cudaEventDisableTiming));
+    RN50_CUDA_CHECK(cudaEventCreateWithFlags(&b, cudaEventDisableTiming));
+    return {a, b};
+  }
+  void put(std::pair<cudaEvent_t, cudaEvent_t> e) {
+    std::lock_guard<std::mutex> lock(mutex);
+    free.push_back(e);
+  }
+};
+
+class NcclPending final : public PendingReduce {
+ public:
+  NcclPending(std::shared_ptr<EventPool> pool, std::pair<cudaEvent_t, cudaEvent_t> events,
+              cudaStream_t main)
+      : pool_(std::move(pool)), events_(events), main_(main) {}
+  ~NcclPending() override {
+    if (!waited_) cudaStreamWaitEvent(main_, events_.second, 0);
+    // cudaStreamWaitEvent uses the event's state at call time: reusing it later is safe.
+    pool_->put(events_);
+  }
+  void wait() override {
+    if (waited_) return;
+    waited_ = true;
+    RN50_CUDA_CHECK(cudaStreamWaitEvent(main_, events_.second, 0));
+  }
+
+ private:
+  std::shared_ptr<EventPool> pool_;
+  std::pair<cudaEvent_t, cudaEvent_t> events_;
+  cudaStream_t main_;
+  bool waited_ = false;
+};
+
+class NoopPending final : public PendingReduce {
+ public:
+  void wait() override {}
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(const ProcessInfo& info, Backend& backend)
+      : mpi_(std::make_unique<MpiCommunicator>(info, nullptr)), backend_(backend) {
+    Device dev = backend.device();
+    RN50_CHECK(dev.type == DeviceType::CUDA && backend.native_stream() != nullptr,
+               "nccl: backend '{}' on {} has no CUDA stream (nccl needs the cuda backend)",
+               backend.name(), dev.str());
+    device_ = dev.index;
+    main_ = static_cast<cudaStream_t>(backend.native_stream());
+    RN50_CUDA_CHECK(cudaSetDevice(device_));
+    int least = 0, greatest = 0;
+    RN50_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    RN50_CUDA_CHECK(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, greatest));
+
+    ncclUniqueId id{};
+    std::vector<uint8_t> bytes(sizeof(id));
+    if (process().rank == 0) {
+      RN50_NCCL_CHECK(ncclGetUniqueId(&id));
+      std::memcpy(bytes.data(), &id, sizeof(id));
+    }
+    mpi_->broadcast_host(bytes, 0);
+    RN50_CHECK(bytes.size() == sizeof(id), "nccl: the unique id broadcast has {} bytes, not {}",
+               bytes.size(), sizeof(id));
+    std::memcpy(&id, bytes.data(), sizeof(id));
+    RN50_NCCL_CHECK(ncclCommInitRank(&comm_, process().world_size, id, process().rank));
+  }
+
+  ~NcclCommunicator() override {
+    // Errors are ignored: a destructor cannot report them, and the process is ending.
+    cudaSetDevice(device_);
+    if (comm_stream_ != nullptr) cudaStreamSynchronize(comm_stream_);
+    if (comm_ != nullptr) ncclCommDestroy(comm_);
+    if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
+  }
+
+  std::string name() const override { return "nccl"; }
+  const ProcessInfo& process() const override { return mpi_->process(); }
+
+  std::unique_ptr<PendingReduce> allreduce_sum_async(Tensor& t) override {
+    check_f32(t, "nccl");
+    RN50_CHECK(t.device() == backend_.device(),
+               "nccl allreduce: tensor {} is not on the backend's GPU {}", t.str(),
+               backend_.device().str());
+    if (t.numel() == 0) return std::make_unique<NoopPending>();
+    auto events = pool_->get();
+    auto pending = std::make_unique<NcclPending>(pool_, events, main_);
+    RN50_CUDA_CHECK(cudaEventRecord(events.first, main_));
+    RN50_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, events.first, 0));
+    RN50_NCCL_CHECK(ncclAllReduce(t.data(), t.data(), static_cast<size_t>(t.numel()), ncclFloat,
+                                  ncclSum, comm_, comm_stream_));
+    RN50_CUDA_CHECK(cudaEventRecord(events.second, comm_stream_));
+    return pending;
+  }
+
+  void allreduce_sum_host(std::vector<double>& v) override { mpi_->allreduce_sum_host(v); }
+  void broadcast_host(std::vector<uint8_t>& bytes, int root) override {
+    mpi_->broadcast_host(bytes, root);
+  }
+  void barrier() override { mpi_->barrier(); }
+  void start_watchdog(double timeout_s) override { mpi_->start_watchdog(timeout_s); }
+  /// Also surfaces NCCL's asynchronous errors (a failed peer or network), as rn50::Error.
+  void heartbeat() override {
+    mpi_->heartbeat();
+    ncclResult_t async = ncclSuccess;
+    RN50_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+    RN50_CHECK(async == ncclSuccess || async == ncclInProgress,
+               "nccl: asynchronous communicator error {} ({})", ncclGetErrorString(async),
+               ncclGetLastError(comm_));
+  }
+  [[noreturn]] void abort(const std::string& why) override { mpi_->abort(why); }
+
+ private:
+  std::unique_ptr<MpiCommunicator> mpi_;
+  Backend& backend_;
+  int device_ = 0;
+  cudaStream_t main_ = nullptr;
+  cudaStream_t comm_stream_ = nullptr;
+  ncclComm_t comm_ = nullptr;
+  std::shared_ptr<EventPool> pool_ = std::make_shared<EventPool>();
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(const ProcessInfo& info, Backend& backend) {
+  return std::make_unique<NcclCommunicator>(info, backend);
+}
+
+}  // namespace rn50::dist
+
+#endif  // RN50_HAVE_NCCL
