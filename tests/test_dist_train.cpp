@@ -84,9 +84,19 @@ fs::path temp_dir(const std::string& name) {
   return d;
 }
 
+fs::path imagenette() {
+  return fs::path(RN50_SOURCE_DIR) / ".." / "shared" / "data" / "imagenette";
+}
+
+#define SKIP_WITHOUT_IMAGENETTE()                                                      \
+  do {                                                                                 \
+    if (!fs::is_directory(imagenette() / "train") || !fs::is_directory(imagenette() / "val")) \
+      GTEST_SKIP() << "no imagenette at " << imagenette() << " (../shared beside the repo)"; \
+  } while (0)
+
 /// Copies the first files (sorted) of each imagenette class into root/split until `total`.
 void copy_subset(const fs::path& root, const std::string& split, int total) {
-  const fs::path src = fs::path(RN50_SOURCE_DIR) / ".." / "shared" / "data" / "imagenette" / split;
+  const fs::path src = imagenette() / split;
   std::vector<fs::path> classes;
   for (const auto& e : fs::directory_iterator(src)) classes.push_back(e.path());
   std::sort(classes.begin(), classes.end());
@@ -131,6 +141,7 @@ TEST(DistTrain, OneStepGivesTheSingleProcessGradient) {
 
 TEST(DistTrain, EvalIsExactOnOneTwoAndThreeRanks) {
   SKIP_WITHOUT_MPI();
+  SKIP_WITHOUT_IMAGENETTE();
   const fs::path root = temp_dir("eval37");
   copy_subset(root, "val", 37);
   std::vector<json> results;
@@ -158,6 +169,7 @@ TEST(DistTrain, EvalIsExactOnOneTwoAndThreeRanks) {
 
 TEST(DistTrain, AFailingRankStopsTheJob) {
   SKIP_WITHOUT_MPI();
+  SKIP_WITHOUT_IMAGENETTE();
   const fs::path root = temp_dir("fail");
   copy_subset(root, "train", 19);
   copy_subset(root, "val", 10);

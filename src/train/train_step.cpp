@@ -67,7 +67,10 @@ void TrainStep::queue_step(int slot) {
   be_.softmax_xent_bwd(probs_, labels, opt_.label_smoothing, opt_.loss_grad_scale, dlogits_,
                        state_);
   model_.backward(dlogits_);
-  if (opt_.bucketer) opt_.bucketer->finish();  // summed (= averaged) gradients in the slab
+  if (opt_.bucketer) {
+    opt_.bucketer->finish();  // summed (= averaged) gradients in the slab
+    comm_wait_s_ += opt_.bucketer->last_wait_seconds();
+  }
   if (opt_.loss_scaling) be_.check_finite(model_.grad_slab(), state_);
   SgdParams p;
   p.momentum = opt_.momentum;

@@ -71,6 +71,9 @@ class TrainStep {
   /// Steps replayed from a recorded graph so far (0 on CPU backends).
   int64_t replayed_steps() const { return replayed_; }
   bool graphs_active() const { return !graphs_.empty(); }
+  /// Seconds the host spent blocked on gradient allreduces after backward, summed over the
+  /// eagerly run steps (MPI; the communication not hidden under backward). 0 for NCCL.
+  double comm_wait_seconds() const { return comm_wait_s_; }
 
  private:
   void queue_step(int slot);
@@ -84,6 +87,7 @@ class TrainStep {
   std::map<int, std::unique_ptr<Graph>> graphs_;   ///< slot -> recorded step
   bool can_record_ = true;
   int64_t replayed_ = 0;
+  double comm_wait_s_ = 0;
 };
 
 }  // namespace rn50
