@@ -15,49 +15,16 @@
 
 #include <fmt/format.h>
 
+#include "dist_test_util.h"
 #include "rn50/dist.h"
 
 namespace {
 
-#ifndef RN50_MPIEXEC
-#define RN50_MPIEXEC ""
-#endif
-
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  ///< stdout and stderr together
-  double seconds = 0;
-};
-
-RunResult run(const std::string& cmd) {
-  RunResult r;
-  auto t0 = std::chrono::steady_clock::now();
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
-}
-
-std::string skip_reason() {
-  auto kinds = rn50::compiled_communicators();
-  if (std::find(kinds.begin(), kinds.end(), "mpi") == kinds.end())
-    return "rn50 was built without MPI (install libopenmpi-dev openmpi-bin and re-run cmake)";
-  if (std::string(RN50_MPIEXEC).empty() || access(RN50_MPIEXEC, X_OK) != 0)
-    return "mpirun was not found at configure time (install openmpi-bin)";
-  return "";
-}
+using rn50::test::run;
+using rn50::test::RunResult;
 
 std::string mpirun(int np, const std::string& scenario) {
-  // No cross-memory-attach single copies: containers without CAP_SYS_PTRACE refuse them.
-  std::string cmd = std::string(RN50_MPIEXEC) +
-                    " --oversubscribe --mca btl_vader_single_copy_mechanism none";
-  if (geteuid() == 0) cmd += " --allow-run-as-root";
-  return cmd + " -np " + std::to_string(np) + " " + RN50_DIST_WORKER + " " + scenario;
+  return rn50::test::mpirun_prefix(np) + RN50_DIST_WORKER + " " + scenario;
 }
 
 int count(const std::string& s, const std::string& needle) {
@@ -66,11 +33,6 @@ int count(const std::string& s, const std::string& needle) {
   return n;
 }
 
-#define SKIP_WITHOUT_MPI()                          \
-  do {                                              \
-    std::string why = skip_reason();                \
-    if (!why.empty()) GTEST_SKIP() << why;          \
-  } while (0)
 
 class DistMpi : public ::testing::TestWithParam<int> {};
 
@@ -164,7 +126,7 @@ TEST(DistNccl, OneGpuWorldSizeOne) {
 TEST(DistNccl, TwoGpus) {
   std::string why = nccl_skip_reason();
   if (why.empty() && rn50::cuda_device_count() < 2) why = "fewer than 2 GPUs";
-  if (why.empty()) why = skip_reason();
+  if (why.empty()) why = rn50::test::mpi_skip_reason();
   if (!why.empty()) GTEST_SKIP() << why;
   for (const char* scenario : {"collectives", "bucketer"}) {
     RunResult r = run(mpirun(2, std::string(scenario) + " nccl cuda"));

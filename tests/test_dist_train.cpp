@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "dist_test_util.h"
 #include "rn50/backend.h"
 #include "rn50/dist.h"
 
@@ -30,51 +31,9 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-#ifndef RN50_MPIEXEC
-#define RN50_MPIEXEC ""
-#endif
-
-struct RunResult {
-  int exit_code = -1;
-  std::string output;
-  double seconds = 0;
-};
-
-RunResult run(const std::string& cmd) {
-  RunResult r;
-  const auto t0 = std::chrono::steady_clock::now();
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
-}
-
-std::string skip_reason() {
-  auto kinds = rn50::compiled_communicators();
-  if (std::find(kinds.begin(), kinds.end(), "mpi") == kinds.end())
-    return "rn50 was built without MPI (install libopenmpi-dev openmpi-bin and re-run cmake)";
-  if (std::string(RN50_MPIEXEC).empty() || access(RN50_MPIEXEC, X_OK) != 0)
-    return "mpirun was not found at configure time (install openmpi-bin)";
-  return "";
-}
-
-#define SKIP_WITHOUT_MPI()                 \
-  do {                                     \
-    std::string why = skip_reason();       \
-    if (!why.empty()) GTEST_SKIP() << why; \
-  } while (0)
-
-std::string mpirun(int np) {
-  std::string cmd = std::string(RN50_MPIEXEC) +
-                    " --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none";
-  if (geteuid() == 0) cmd += " --allow-run-as-root";
-  return cmd + " -np " + std::to_string(np) + " ";
-}
+using rn50::test::run;
+using rn50::test::RunResult;
+std::string mpirun(int np) { return rn50::test::mpirun_prefix(np); }
 
 /// A fresh directory under the build tree.
 fs::path temp_dir(const std::string& name) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <vector>
 
 #include "core/check.h"
 #include "train/checkpoint.h"
@@ -10,6 +11,22 @@
 #include "train/metrics.h"
 
 namespace rn50 {
+
+void allreduce_metric_sums(Communicator& comm, MetricSums& sums, int64_t& bad) {
+  std::vector<double> v{sums.loss_sum,
+                        static_cast<double>(sums.loss_samples),
+                        static_cast<double>(sums.top1),
+                        static_cast<double>(sums.top5),
+                        static_cast<double>(sums.acc_samples),
+                        static_cast<double>(bad)};
+  comm.allreduce_sum_host(v);
+  sums.loss_sum = v[0];
+  sums.loss_samples = static_cast<int64_t>(v[1]);
+  sums.top1 = static_cast<int64_t>(v[2]);
+  sums.top5 = static_cast<int64_t>(v[3]);
+  sums.acc_samples = static_cast<int64_t>(v[4]);
+  bad = static_cast<int64_t>(v[5]);
+}
 
 EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double label_smoothing,
                     int print_interval, int epoch, Communicator* comm) {
@@ -55,22 +72,8 @@ EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double 
     }
   }
   int64_t bad = source.bad_samples();
-  if (comm && comm->world_size() > 1) {
-    // Exact global metrics: integer counts and the loss sum of every rank, one allreduce.
-    std::vector<double> v{sums.loss_sum,
-                          static_cast<double>(sums.loss_samples),
-                          static_cast<double>(sums.top1),
-                          static_cast<double>(sums.top5),
-                          static_cast<double>(sums.acc_samples),
-                          static_cast<double>(bad)};
-    comm->allreduce_sum_host(v);
-    sums.loss_sum = v[0];
-    sums.loss_samples = static_cast<int64_t>(v[1]);
-    sums.top1 = static_cast<int64_t>(v[2]);
-    sums.top5 = static_cast<int64_t>(v[3]);
-    sums.acc_samples = static_cast<int64_t>(v[4]);
-    bad = static_cast<int64_t>(v[5]);
-  }
+  // Exact global metrics: integer counts and the loss sum of every rank, one allreduce.
+  if (comm && comm->world_size() > 1) allreduce_metric_sums(*comm, sums, bad);
   EvalResult r;
   r.seconds = seconds_between(t0, ThroughputMeter::Clock::now());
   r.images = sums.acc_samples;

@@ -7,6 +7,7 @@
 #include "rn50/data.h"
 #include "rn50/dist.h"
 #include "rn50/model.h"
+#include "train/metrics.h"
 
 namespace rn50 {
 
@@ -19,6 +20,10 @@ struct EvalResult {
   double seconds = 0;
   int64_t bad_samples = 0;
 };
+
+/// Sums `sums` (loss sum, sample counts, top-1/top-5 correct) and `bad` over every rank in one
+/// host allreduce, in place; exact for the counts (doubles hold integers up to 2^53).
+void allreduce_metric_sums(Communicator& comm, MetricSums& sums, int64_t& bad);
 
 /// Evaluates `model` on every batch of `source` (epoch `epoch` of the source; val sources do
 /// not shuffle). Logits are read back to the host per batch; loss and top-k use only the first

@@ -567,18 +567,8 @@ void Trainer::run_training() {
       ev = evaluate(*model_, *backend_, *val_, cfg_.label_smoothing, 0, 0, comm_.get());
 
     int64_t bad_all = bad;
-    if (proc_.world_size > 1) {  // epoch metrics over every rank's samples
-      std::vector<double> v{sums.loss_sum, static_cast<double>(sums.loss_samples),
-                            static_cast<double>(sums.top1), static_cast<double>(sums.top5),
-                            static_cast<double>(sums.acc_samples), static_cast<double>(bad)};
-      comm_->allreduce_sum_host(v);
-      sums.loss_sum = v[0];
-      sums.loss_samples = static_cast<int64_t>(v[1]);
-      sums.top1 = static_cast<int64_t>(v[2]);
-      sums.top5 = static_cast<int64_t>(v[3]);
-      sums.acc_samples = static_cast<int64_t>(v[4]);
-      bad_all = static_cast<int64_t>(v[5]);
-    }
+    // Epoch metrics over every rank's samples.
+    if (proc_.world_size > 1) allreduce_metric_sums(*comm_, sums, bad_all);
     // Images/s of the whole job: every rank runs the same steps in lockstep (allreduce).
     const double ips = meter.measured_steps()
                            ? meter.ips() * proc_.world_size

@@ -5,15 +5,7 @@
 // backend's host conversion. Same-dtype copies of any dtype move the raw bits (NaN payloads
 // kept). A 4-D layout change (NCHW <-> NHWC) maps each destination element's logical index
 // (n, c, h, w) to its source offset; everything runs as grid-stride kernels on the main stream.
-// fmt 9 under nvcc: its consteval format-string check and constexpr detection misfire in host
-// code compiled by nvcc (RN50_CHECK would not compile); turn the compile-time check off here.
-// Must precede every include.
-#if defined(__CUDACC__) && !defined(FMT_CONSTEVAL)
-#define FMT_CONSTEVAL
-#endif
-#if defined(__CUDACC__) && !defined(FMT_USE_CONSTEXPR)
-#define FMT_USE_CONSTEXPR 1
-#endif
+#include "backend/cuda/kernels_common.cuh"  // first: see its header comment
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -30,33 +22,13 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <class T>
-__device__ __forceinline__ float to_f32(T v) {
-  if constexpr (std::is_same_v<T, __half>)
-    return __half2float(v);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __bfloat162float(v);
-  else
-    return v;
-}
-
-template <class T>
-__device__ __forceinline__ T from_f32(float v) {
-  if constexpr (std::is_same_v<T, __half>)
-    return __float2half_rn(v);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __float2bfloat16_rn(v);
-  else
-    return v;
-}
-
 /// One element S -> D: identity for equal types (raw bits), else through float.
 template <class S, class D>
 __device__ __forceinline__ D cvt(S v) {
   if constexpr (std::is_same_v<S, D>)
     return v;
   else
-    return from_f32<D>(to_f32<S>(v));
+    return kern::from_float<D>(kern::to_float(v));
 }
 
 /// dst[i] = cvt(src[i]) for i < n (same memory order).

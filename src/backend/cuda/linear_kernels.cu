@@ -5,15 +5,7 @@
 //  * linear_bias_grad: db[k] = sum_n dy[n, k] (torch Linear's bias gradient), f32 accumulation
 //    in a fixed order (deterministic), one thread per output column k (coalesced reads).
 // Element types: F32, F16 or BF16 for every pointer, independently.
-// fmt 9 under nvcc: its consteval format-string check and constexpr detection misfire in host
-// code compiled by nvcc (RN50_CHECK would not compile); turn the compile-time check off here.
-// Must precede every include.
-#if defined(__CUDACC__) && !defined(FMT_CONSTEVAL)
-#define FMT_CONSTEVAL
-#endif
-#if defined(__CUDACC__) && !defined(FMT_USE_CONSTEXPR)
-#define FMT_USE_CONSTEXPR 1
-#endif
+#include "backend/cuda/kernels_common.cuh"  // first: see its header comment
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -30,26 +22,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <class T>
-__device__ __forceinline__ float load_f32(const T* p, int64_t i) {
-  if constexpr (std::is_same_v<T, __half>)
-    return __half2float(p[i]);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __bfloat162float(p[i]);
-  else
-    return p[i];
-}
-
-template <class T>
-__device__ __forceinline__ void store_f32(T* p, int64_t i, float v) {
-  if constexpr (std::is_same_v<T, __half>)
-    p[i] = __float2half_rn(v);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    p[i] = __float2bfloat16_rn(v);
-  else
-    p[i] = v;
-}
-
 template <class B, class Y>
 __global__ void bias_fill_kernel(const B* __restrict__ b, Y* __restrict__ y, int64_t N,
                                  int64_t K) {
@@ -57,7 +29,7 @@ __global__ void bias_fill_kernel(const B* __restrict__ b, Y* __restrict__ y, int
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += step)
-    store_f32(y, i, load_f32(b, i % K));
+    y[i] = kern::from_float<Y>(kern::to_float(b[i % K]));
 }
 
 template <class S, class D>
@@ -67,8 +39,8 @@ __global__ void bias_grad_kernel(const S* __restrict__ dy, D* __restrict__ db, i
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < K;
        k += step) {
     float acc = 0.f;
-    for (int64_t n = 0; n < N; ++n) acc += load_f32(dy, n * K + k);
-    store_f32(db, k, acc);
+    for (int64_t n = 0; n < N; ++n) acc += kern::to_float(dy[n * K + k]);
+    db[k] = kern::from_float<D>(acc);
   }
 }
 
