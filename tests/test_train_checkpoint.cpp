@@ -264,3 +264,27 @@ TEST(TrainCheckpoint, HalfAndBf16Conversion) {
   EXPECT_EQ(g.data_as<float>()[0], 1.5f);
   EXPECT_EQ(g.data_as<float>()[1], -1.f);
 }
+
+namespace rn50 {
+namespace {
+
+// The fp16 loss-scale state survives state.json, and is absent (0) for other runs.
+TEST(TrainCheckpoint, LossScaleStateRoundTrip) {
+  CheckpointState s;
+  s.epoch = 3;
+  s.global_step = 400;
+  s.next_lr = 0.1;
+  s.steps_per_epoch = 100;
+  s.loss_scale = 32768;
+  s.skipped_steps = 7;
+  const CheckpointState r = CheckpointState::from_json(nlohmann::json::parse(s.to_json().dump()), "t");
+  EXPECT_EQ(r.loss_scale, 32768);
+  EXPECT_EQ(r.skipped_steps, 7);
+  s.loss_scale = 0;
+  const nlohmann::ordered_json j = s.to_json();
+  EXPECT_FALSE(j.contains("loss_scale")) << "fp32/bf16 runs write no loss scale";
+  EXPECT_EQ(CheckpointState::from_json(nlohmann::json::parse(j.dump()), "t").loss_scale, 0);
+}
+
+}  // namespace
+}  // namespace rn50

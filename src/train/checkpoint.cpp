@@ -98,6 +98,10 @@ nlohmann::ordered_json CheckpointState::to_json() const {
   j["classes"] = classes;
   j["config"] = config;
   j["version"] = version;
+  if (loss_scale > 0) {
+    j["loss_scale"] = loss_scale;
+    j["skipped_steps"] = skipped_steps;
+  }
   return j;
 }
 
@@ -113,6 +117,8 @@ CheckpointState CheckpointState::from_json(const nlohmann::json& j, const std::s
     s.classes = j.value("classes", std::vector<std::string>{});
     if (j.contains("config")) s.config = j.at("config");
     s.version = j.value("version", std::string());
+    s.loss_scale = j.value("loss_scale", 0.0);
+    s.skipped_steps = j.value("skipped_steps", int64_t{0});
   } catch (const nlohmann::json::exception& e) {
     RN50_FAIL("{}: bad checkpoint state: {}", what, e.what());
   }

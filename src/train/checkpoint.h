@@ -34,6 +34,10 @@ struct CheckpointState {
   std::vector<std::string> classes;
   nlohmann::ordered_json config;  ///< the resolved TrainConfig as JSON
   std::string version;
+  /// AMP fp16 dynamic loss scaling at the end of the epoch (0: not an fp16 run); a resumed fp16
+  /// run continues from this scale instead of --scale-loss.
+  double loss_scale = 0;
+  int64_t skipped_steps = 0;  ///< steps skipped for inf/NaN gradients so far
 
   nlohmann::ordered_json to_json() const;
   /// Throws rn50::Error naming `what` (the file) when a field is missing or has the wrong type.

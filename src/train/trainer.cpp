@@ -299,6 +299,11 @@ void Trainer::load_weights() {
                cfg_.arch);
     st = load_checkpoint(resumed_from_, *model_, *backend_, step_->momentum());
     resumed_epoch_ = st.epoch;
+    if (loss_scaling_ && st.loss_scale > 0) {  // continue the fp16 loss-scale schedule
+      step_->set_loss_scale(static_cast<float>(st.loss_scale), static_cast<float>(st.skipped_steps));
+      loss_scale_ = static_cast<float>(st.loss_scale);
+      skipped_steps_ = st.skipped_steps;
+    }
     start_epoch_ = st.epoch + 1;
     global_step_ = st.global_step;
     if (train_ && st.steps_per_epoch != steps_per_epoch_)
@@ -443,6 +448,10 @@ CheckpointState Trainer::make_state(int epoch) const {
   st.config = config_to_json(cfg_);
   st.config["num_of_class"] = num_classes_;
   st.version = kRn50Version;
+  if (loss_scaling_) {
+    st.loss_scale = loss_scale_;
+    st.skipped_steps = skipped_steps_;
+  }
   return st;
 }
 
