@@ -239,7 +239,9 @@ TEST_P(ModelParity, MatchesTorchvision) {
   const ParityCase& C = kCases[P.case_index];
   const Tolerances& T = C.tol;
   const SafeTensorsFile& g = golden(C);
-  auto be = make_backend(P.backend);
+  BackendOptions bo;
+  bo.allow_tf32 = false;  // strict f32 tolerances: no TF32 on CUDA
+  auto be = make_backend(P.backend, bo);
 
   ModelOptions opt;
   opt.num_classes = C.classes;

@@ -110,7 +110,10 @@ class OpsBackend : public ::testing::TestWithParam<HarnessParam> {
     if (GetParam().backend.empty())
       GTEST_SKIP() << "only the 'ref' backend is built (available_backends() has nothing "
                       "else), so there is no backend to compare against the reference";
-    be_ = make_backend(GetParam().backend);
+    // Strict f32 tolerances: no TF32 tensor cores (CUDA) for f32 convolutions and GEMMs.
+    BackendOptions bo;
+    bo.allow_tf32 = false;
+    be_ = make_backend(GetParam().backend, bo);
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     rng_.seed(std::hash<std::string>{}(info->name()));
   }

@@ -153,6 +153,9 @@ class Backend {
   /// Marks that the work queued so far is the last to read `dst` before the next upload_input
   /// into it (double-buffered inputs). CPU backends: no-op.
   virtual void release_input(const Tensor& dst) {}
+  /// `dst` will not be uploaded into again (its owner is going away): frees what upload_input
+  /// keeps for it (CUDA: pinned staging and events), after its last upload completed.
+  virtual void forget_input(const Tensor& dst) {}
   /// Records the backend work that fn() queues, without running it, and returns it as a Graph
   /// to replay (CUDA stream capture). fn must not allocate, synchronise or read device memory
   /// on the host (run the same work once eagerly first so that every cached algorithm, plan and
@@ -247,7 +250,8 @@ class Backend {
   /// End of a step, torch.cuda.amp.GradScaler.update(): when state[found_inf] != 0:
   /// skipped_steps += 1, growth_tracker = 0 and (if p.dynamic) loss_scale *= backoff_factor;
   /// else growth_tracker += 1, and when it reaches growth_interval (p.dynamic only):
-  /// loss_scale *= growth_factor, growth_tracker = 0. Then inv_loss_scale = 1 / loss_scale and
+  /// loss_scale *= growth_factor (unless that overflows to inf: the scale is then kept, as
+  /// torch's _amp_update_scale_), growth_tracker = 0. Then inv_loss_scale = 1 / loss_scale and
   /// found_inf = 0.
   virtual void update_loss_scale(const LossScaleParams& p, Tensor& state) = 0;
 };

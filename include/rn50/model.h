@@ -117,6 +117,9 @@ class ResNet {
   /// Called by backward() with each parameter index as soon as its f32 gradient is final, in
   /// grad_ready_order() (data-parallel training starts allreduces from it). Empty: no calls.
   void set_grad_ready_hook(std::function<void(int)> hook);
+  /// Changes whenever forward() re-plans its activation buffers (a new input shape), i.e. when
+  /// work recorded against the old buffers (a CUDA graph) must not be replayed any more.
+  int64_t plan_generation() const;
   /// Adds `delta` to every BN's num_batches_tracked: for training steps replayed from a
   /// recorded graph, which does not run forward() on the host.
   void add_batches_tracked(int64_t delta);

@@ -58,7 +58,9 @@ void host_update_loss_scale(const LossScaleParams& p, Tensor& state) {
   } else {
     s[StepState::growth_tracker] += 1.f;
     if (p.dynamic && s[StepState::growth_tracker] >= static_cast<float>(p.growth_interval)) {
-      s[StepState::loss_scale] *= p.growth_factor;
+      // torch's _amp_update_scale_ keeps the old scale when the grown one would overflow.
+      const float grown = s[StepState::loss_scale] * p.growth_factor;
+      if (std::isfinite(grown)) s[StepState::loss_scale] = grown;
       s[StepState::growth_tracker] = 0.f;
     }
   }

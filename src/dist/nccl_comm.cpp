@@ -126,8 +126,17 @@ class NcclCommunicator final : public Communicator {
   ~NcclCommunicator() override {
     // Errors are ignored: a destructor cannot report them, and the process is ending.
     cudaSetDevice(device_);
+    // Replays of a recorded step run their NCCL kernels on the backend's stream (the graph is
+    // launched there), not on comm_stream_: drain both before the communicator goes away. The
+    // backend outlives the communicator (make_communicator's contract), so main_ is valid.
+    if (main_ != nullptr) cudaStreamSynchronize(main_);
     if (comm_stream_ != nullptr) cudaStreamSynchronize(comm_stream_);
-    if (comm_ != nullptr) ncclCommDestroy(comm_);
+    // A collective recorded into a CUDA graph holds a reference on the communicator until that
+    // graph is destroyed, and ncclCommDestroy (NCCL >= 2.26, commDestroySync) polls until every
+    // such graph is gone: destroying the communicator while a recorded step still exists would
+    // hang forever. When collectives were captured the communicator is therefore left to the
+    // process exit (owners should destroy their graphs first; then nothing is lost).
+    if (comm_ != nullptr && !captured_) ncclCommDestroy(comm_);
     if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
   }
 
@@ -140,6 +149,9 @@ class NcclCommunicator final : public Communicator {
                "nccl allreduce: tensor {} is not on the backend's GPU {}", t.str(),
                backend_.device().str());
     if (t.numel() == 0) return std::make_unique<NoopPending>();
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    RN50_CUDA_CHECK(cudaStreamIsCapturing(main_, &cap));
+    if (cap != cudaStreamCaptureStatusNone) captured_ = true;  // see the destructor
     auto events = pool_->get();
     auto pending = std::make_unique<NcclPending>(pool_, events, main_);
     RN50_CUDA_CHECK(cudaEventRecord(events.first, main_));
@@ -174,6 +186,7 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t main_ = nullptr;
   cudaStream_t comm_stream_ = nullptr;
   ncclComm_t comm_ = nullptr;
+  bool captured_ = false;  ///< an allreduce was recorded into a CUDA graph
   std::shared_ptr<EventPool> pool_ = std::make_shared<EventPool>();
 };
 

@@ -223,6 +223,7 @@ Tensor& ResNet::param_slab() { return impl_->param_slab; }
 Tensor& ResNet::grad_slab() { return impl_->grad_slab; }
 bool ResNet::has_compute_copy() const { return impl_->mirror; }
 const Tensor& ResNet::forward_output() const { return impl_->logits; }
+int64_t ResNet::plan_generation() const { return impl_->plan_generation; }
 
 const std::vector<int>& ResNet::grad_ready_order() const { return impl_->ready_order; }
 void ResNet::set_grad_ready_hook(std::function<void(int)> hook) {

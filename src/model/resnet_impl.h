@@ -106,6 +106,7 @@ struct ResNet::Impl {
 
   // ---- shape-dependent buffers ----
   int64_t cur_n = -1, cur_h = -1, cur_w = -1;
+  int64_t plan_generation = 0;  ///< incremented by every (re)plan
   Tensor act_arena;   ///< compute dtype, flat: every forward activation
   Tensor stat_arena;  ///< f32 flat: the BN batch statistics (save_mean / save_var)
   Tensor grad_arena;  ///< compute dtype, flat: 3 gradient slots of max activation size + dpooled

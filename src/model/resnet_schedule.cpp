@@ -157,6 +157,7 @@ void ResNet::Impl::plan(int64_t n, int64_t h, int64_t w) {
     dlogits_lp = grad_arena.slice0(b, b + n * opt.num_classes).reshape({n, opt.num_classes});
   }
   cur_n = n, cur_h = h, cur_w = w;
+  ++plan_generation;
   have_train_state = false;
 }
 

@@ -10,6 +10,17 @@ InputStage::InputStage(Backend& backend, Layout layout, DType dtype, int num_cla
   slots_.resize(static_cast<size_t>(slots));
 }
 
+InputStage::~InputStage() {
+  try {
+    for (Slot& s : slots_) {
+      if (s.u8.defined()) backend_.forget_input(s.u8);
+      if (s.labels.defined()) backend_.forget_input(s.labels);
+    }
+  } catch (...) {
+    // Never throw from a destructor; the backend frees everything at its own end.
+  }
+}
+
 int InputStage::upload(const Batch& b) {
   RN50_CHECK(b.images.ndim() == 4 && b.images.dtype() == DType::u8 &&
                  b.images.layout() == Layout::NHWC && b.images.c() == 3,
@@ -30,6 +41,8 @@ int InputStage::upload(const Batch& b) {
   if (!x_.defined() || x_.shape() != b.images.shape()) {
     x_ = Tensor();
     for (Slot& s : slots_) {
+      if (s.u8.defined()) backend_.forget_input(s.u8);
+      if (s.labels.defined()) backend_.forget_input(s.labels);
       s.u8 = backend_.alloc(b.images.shape(), DType::u8, Layout::NHWC);
       s.labels = backend_.alloc({b.images.n()}, DType::i32);
     }

@@ -19,6 +19,10 @@ class InputStage {
   /// num_classes: labels outside [0, num_classes) are rejected on the host (a GPU loss kernel
   /// cannot report them). dtype: the model's compute dtype (f32, f16, bf16).
   InputStage(Backend& backend, Layout layout, DType dtype, int num_classes, int slots = 2);
+  /// Lets the backend free what it keeps per upload buffer (Backend::forget_input).
+  ~InputStage();
+  InputStage(const InputStage&) = delete;
+  InputStage& operator=(const InputStage&) = delete;
   /// Validates b (throws rn50::Error naming the bad shape or label) and queues the upload of
   /// its images and labels into the next slot; returns that slot. Device buffers are
   /// reallocated only when the batch shape changes (all slots at once).

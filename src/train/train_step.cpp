@@ -90,20 +90,33 @@ void TrainStep::run(int slot, double lr) {
 
   auto g = graphs_.find(slot);
   if (g != graphs_.end()) {
-    g->second->replay();
-    model_.add_batches_tracked(1);  // forward() does not run on the host during a replay
-    ++replayed_;
-    return;
+    const Recorded& r = g->second;
+    if (r.plan_generation == model_.plan_generation() && r.images == input_.images(slot).data() &&
+        r.x == input_.x().data()) {
+      r.graph->replay();
+      model_.add_batches_tracked(1);  // forward() does not run on the host during a replay
+      ++replayed_;
+      return;
+    }
+    // The model re-planned (another input shape ran in between, e.g. an eval pass) or the
+    // input buffers moved: the recording points at old memory. Drop it; run eagerly once more
+    // and record again.
+    graphs_.clear();
+    eager_runs_.clear();
   }
   // Record after one eager step with this slot: every algorithm, plan and workspace exists.
   if (opt_.use_graphs && can_record_ && eager_runs_[slot] >= 1) {
+    const int64_t generation = model_.plan_generation();
     std::unique_ptr<Graph> rec = be_.capture([&] { queue_step(slot); });
     if (rec) {
+      RN50_CHECK(model_.plan_generation() == generation,
+                 "TrainStep: the model re-planned its buffers while recording a step");
       model_.add_batches_tracked(-1);  // the recording ran forward() without a real step
       rec->replay();
       model_.add_batches_tracked(1);
       ++replayed_;
-      graphs_[slot] = std::move(rec);
+      graphs_[slot] = Recorded{std::move(rec), generation, input_.images(slot).data(),
+                               input_.x().data()};
       return;
     }
     can_record_ = false;  // the backend cannot record (CPU): stay eager

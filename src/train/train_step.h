@@ -84,7 +84,15 @@ class TrainStep {
   StepOptions opt_;
   Tensor state_, momentum_, loss_, probs_, dlogits_, lr_host_;
   std::map<int, int> eager_runs_;                  ///< slot -> eager steps run
-  std::map<int, std::unique_ptr<Graph>> graphs_;   ///< slot -> recorded step
+  /// A recorded step and what it was recorded against: replayed only while the model's
+  /// activation buffers and the input buffers are the same.
+  struct Recorded {
+    std::unique_ptr<Graph> graph;
+    int64_t plan_generation = 0;
+    const void* images = nullptr;
+    const void* x = nullptr;
+  };
+  std::map<int, Recorded> graphs_;                 ///< slot -> recorded step
   bool can_record_ = true;
   int64_t replayed_ = 0;
   double comm_wait_s_ = 0;

@@ -70,6 +70,9 @@ class Trainer {
   /// Reports are written by rank 0 only.
   Trainer(const TrainConfig& cfg, const ProcessInfo& proc)
       : cfg_(cfg), proc_(proc), report_(proc.rank == 0 ? cfg.report_file : std::string()) {}
+  /// The recorded graphs (in step_) hold references to NCCL's communicator: they go first, then
+  /// the bucketer and the communicator (members declared last), then model and backend.
+  ~Trainer() { step_.reset(); }
   /// Runs; on an error in a multi-process run, stops every rank (Communicator::abort).
   void run();
 

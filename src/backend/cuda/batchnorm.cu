@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < V; ++j) {
       const uint32_t c = NHWC ? cb + j : cb;
       float o = (v[j] - mean[c]) * scale[c] + shift[c];
-      if (relu) o = o > 0.f ? o : 0.f;
+      if (relu) o = o < 0.f ? 0.f : o;  // NaN propagates (torch.relu, the reference)
       v[j] = o;
     }
     store_pack<T, V>(y + i0, v);

@@ -3,8 +3,11 @@
 // upload of the next batch, CUDA graph capture, supports(), and the functions the registry
 // calls (make_cuda_backend, cuda_device_count, cuda_unavailable_reason).
 // The ops live in conv.cpp, linear.cpp and the *.cu kernel files (see cuda_backend.h).
+#include <atomic>
 #include <cstring>
 #include <exception>
+#include <mutex>
+#include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/plans.h"
@@ -40,13 +43,32 @@ cudaDataType_t cuda_dtype(DType t) {
 
 // ---------------------------------------------------------------- DeviceBuffer
 
+namespace {
+/// Buffers that a recorded graph may still use. A CudaGraph bakes in the addresses of the
+/// workspace and scratch buffers it was recorded with; if a later op with a new shape (e.g. an
+/// evaluation batch of another size) grows one of them, freeing the old block would leave the
+/// graph replaying into freed (or reused) memory. So while any graph is alive, a grown buffer's
+/// old block is retired instead of freed, and retired blocks are freed with the last graph.
+std::mutex g_graph_mu;
+int g_live_graphs = 0;
+std::vector<void*> g_retired;
+
+void retire_or_free(void* p) {
+  std::lock_guard<std::mutex> lock(g_graph_mu);
+  if (g_live_graphs > 0)
+    g_retired.push_back(p);
+  else
+    (void)cudaFree(p);
+}
+}  // namespace
+
 void* DeviceBuffer::ensure(size_t n) {
   if (n <= bytes) return ptr;
   if (ptr) {
     // Work queued earlier may still read the old buffer: let it finish before freeing. Growth
     // happens only on the first call of an op with a new shape, never in the steady state.
     RN50_CUDA_CHECK(cudaDeviceSynchronize());
-    RN50_CUDA_CHECK(cudaFree(ptr));
+    retire_or_free(ptr);
     ptr = nullptr;
     bytes = 0;
   }
@@ -64,7 +86,15 @@ namespace {
 /// Storage deleters (Storage::deleter is a plain function pointer). Errors are ignored: they
 /// run in destructors, possibly after the backend is gone.
 void free_device(void* p) { (void)cudaFree(p); }
-void free_pinned(void* p) { (void)cudaFreeHost(p); }
+/// Device of the last alloc_host(): pinned buffers may be released on a thread that never
+/// selected a device (data loader workers), where cudaFreeHost would otherwise create a
+/// context on device 0.
+std::atomic<int> g_pinned_device{-1};
+void free_pinned(void* p) {
+  const int dev = g_pinned_device.load();
+  if (dev >= 0) (void)cudaSetDevice(dev);
+  (void)cudaFreeHost(p);
+}
 
 /// Destroys whatever of the streams and handles exists (constructor failure and destructor).
 void release_handles(cudaStream_t& stream, cudaStream_t& copy_stream, cudnnHandle_t& cudnn,
@@ -106,10 +136,21 @@ bool is_pinned(const void* p) {
 /// The Graph returned by capture(): an instantiated cudaGraph replayed on the backend stream.
 class CudaGraph final : public Graph {
  public:
-  CudaGraph(cudaGraph_t g, cudaGraphExec_t e, cudaStream_t s) : graph_(g), exec_(e), stream_(s) {}
+  CudaGraph(cudaGraph_t g, cudaGraphExec_t e, cudaStream_t s) : graph_(g), exec_(e), stream_(s) {
+    std::lock_guard<std::mutex> lock(g_graph_mu);
+    ++g_live_graphs;
+  }
   ~CudaGraph() override {
     if (exec_) (void)cudaGraphExecDestroy(exec_);
     if (graph_) (void)cudaGraphDestroy(graph_);
+    std::lock_guard<std::mutex> lock(g_graph_mu);
+    if (--g_live_graphs == 0 && !g_retired.empty()) {
+      // A replay may still be running: wait for it before freeing what it used (device-wide:
+      // the backend and its stream may already be gone).
+      (void)cudaDeviceSynchronize();
+      for (void* p : g_retired) (void)cudaFree(p);
+      g_retired.clear();
+    }
   }
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
@@ -202,11 +243,17 @@ Tensor CudaBackend::alloc(std::vector<int64_t> shape, DType dtype, Layout layout
   return Tensor::from_storage(std::move(s), 0, std::move(shape), dtype, layout);
 }
 
+// alloc_host() is called from the data loader's worker threads (the batch pool), whose current
+// device is 0 unless set: select this backend's device first (otherwise every rank would create
+// a context on GPU 0), and allocate PORTABLE pinned memory (plain cudaMallocHost memory counts as
+// pinned only for the allocating context; cudaHostAlloc docs, cudaHostAllocPortable).
 Tensor CudaBackend::alloc_host(std::vector<int64_t> shape, DType dtype, Layout layout) {
   const size_t bytes = shape_bytes("alloc_host", shape, dtype);
   const size_t n = bytes < 256 ? 256 : bytes;
+  RN50_CUDA_CHECK(cudaSetDevice(device_index_));
+  g_pinned_device.store(device_index_);
   auto s = std::make_shared<Storage>();
-  RN50_CUDA_CHECK(cudaMallocHost(&s->ptr, n));
+  RN50_CUDA_CHECK(cudaHostAlloc(&s->ptr, n, cudaHostAllocPortable));
   s->deleter = &free_pinned;
   s->bytes = n;
   s->device = Device{};  // CPU
@@ -362,6 +409,17 @@ void CudaBackend::release_input(const Tensor& dst) {
   s.has_release = true;
 }
 
+void CudaBackend::forget_input(const Tensor& dst) {
+  auto it = input_slots_.find(dst.data());
+  if (it == input_slots_.end()) return;
+  InputSlot& s = it->second;
+  if (s.has_upload) RN50_CUDA_CHECK(cudaEventSynchronize(s.uploaded));  // staging still read?
+  if (s.released) RN50_CUDA_CHECK(cudaEventDestroy(s.released));
+  if (s.uploaded) RN50_CUDA_CHECK(cudaEventDestroy(s.uploaded));
+  if (s.pinned) free_pinned(s.pinned);
+  input_slots_.erase(it);
+}
+
 // ---------------------------------------------------------------- graphs
 
 std::unique_ptr<Graph> CudaBackend::capture(const std::function<void()>& fn) {
@@ -387,7 +445,11 @@ std::unique_ptr<Graph> CudaBackend::capture(const std::function<void()>& fn) {
         cudaGetErrorName(e), cudaGetErrorString(e));
   }
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t ie = cudaGraphInstantiate(&exec, graph, 0);
+  // UseNodePriority: kernels keep the priority of the stream they were recorded from (the
+  // high-priority NCCL stream's allreduces keep precedence over backward kernels on replay);
+  // without it every node runs at the launch stream's priority.
+  const cudaError_t ie =
+      cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
   if (ie != cudaSuccess) {
     (void)cudaGraphDestroy(graph);
     (void)cudaGetLastError();

@@ -81,6 +81,7 @@ class CudaBackend final : public Backend {
   Tensor alloc_host(std::vector<int64_t> shape, DType dtype, Layout layout) override;
   void upload_input(const Tensor& src, Tensor& dst) override;
   void release_input(const Tensor& dst) override;
+  void forget_input(const Tensor& dst) override;
   std::unique_ptr<Graph> capture(const std::function<void()>& fn) override;
 
   void conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w, Tensor& y) override;

@@ -7,7 +7,8 @@
 //    Backward: a gather, one thread per input element (h, w) in dx's memory order: it visits the
 //    windows (oh, ow) that cover (h, w) in row-major order, recomputes each window's argmax from
 //    x and adds dy[n,c,oh,ow] when the argmax is (h, w). No atomics: deterministic, and the
-//    contributions are summed in the reference's order. y is not needed (only checked).
+//    contributions are summed in the reference's order, in double (rounded once). y is not
+//    needed (only checked).
 //  * global_avgpool: y (N,C) (or (N,C,1,1)) = mean of x (N,C,H,W) over H, W (float
 //    accumulation); backward dx = dy / (H*W) broadcast. NHWC: one thread per (n, c), coalesced
 //    along C; NCHW: one warp per (n, c) over its contiguous H*W values.
@@ -80,12 +81,15 @@ __global__ void __launch_bounds__(kThreads)
     const int oh0 = lo_h <= 0 ? 0 : (lo_h + p.st - 1) / p.st;
     const int ow0 = lo_w <= 0 ? 0 : (lo_w + p.st - 1) / p.st;
     const int oh1 = min(OH - 1, (h + p.pad) / p.st), ow1 = min(OW - 1, (w + p.pad) / p.st);
-    float acc = 0.f;
+    // Double accumulation, rounded once: up to ceil(k / st)^2 contributions (9 for k 3 stride 1)
+    // summed in float can cancel and miss the harness's f32 tolerance (atol 1e-7, rtol 1e-6);
+    // the reference sums in double. At most a few adds per element: free next to the loads.
+    double acc = 0.0;
     for (int oh = oh0; oh <= oh1; ++oh)
       for (int ow = ow0; ow <= ow1; ++ow)
         if (window_argmax(x, gx, nn, c, oh, ow, p) == me)
-          acc += to_float(dy[gdy.offset(nn, c, oh, ow)]);
-    dx[i] = from_float<T>(acc);
+          acc += static_cast<double>(to_float(dy[gdy.offset(nn, c, oh, ow)]));
+    dx[i] = from_float<T>(static_cast<float>(acc));
   }
 }
 
