@@ -55,6 +55,15 @@ std::string fmt_duration(double s) {
 bool g_log = true;
 std::string g_prefix;
 
+/// Warnings and AMP notices to stderr, with the same rank gating as out() (every rank sees the
+/// same configuration, so one copy is enough; data-loader warnings name each rank's own files
+/// and are not gated).
+void warn(const std::string& msg) {
+  if (!g_log) return;
+  std::cerr << g_prefix << msg;
+  std::cerr.flush();
+}
+
 /// OpenMP threads of the CPU backend (oneDNN, reference loops) for this process.
 void set_cpu_threads(int n) { omp_set_num_threads(n); }
 
@@ -283,9 +292,9 @@ void Trainer::check_amp_skips(int64_t at_step) {
   const auto skipped = static_cast<int64_t>(s[StepState::skipped_steps]);
   loss_scale_ = s[StepState::loss_scale];
   if (skipped > skipped_steps_)
-    std::cerr << fmt::format("amp: {} step(s) skipped for inf/NaN gradients before global step "
+    warn(fmt::format("amp: {} step(s) skipped for inf/NaN gradients before global step "
                              "{} ({} in total); loss scale now {:g}\n",
-                             skipped - skipped_steps_, at_step, skipped, loss_scale_);
+                             skipped - skipped_steps_, at_step, skipped, loss_scale_));
   skipped_steps_ = skipped;
 }
 
@@ -310,14 +319,14 @@ void Trainer::load_weights() {
     start_epoch_ = st.epoch + 1;
     global_step_ = st.global_step;
     if (train_ && st.steps_per_epoch != steps_per_epoch_)
-      std::cerr << fmt::format(
+      warn(fmt::format(
           "warning: checkpoint '{}' was written with {} steps per epoch, this run has {}: the lr "
           "schedule continues from global step {}\n",
-          resumed_from_, st.steps_per_epoch, steps_per_epoch_, st.global_step);
+          resumed_from_, st.steps_per_epoch, steps_per_epoch_, st.global_step));
     if (!st.classes.empty() && st.classes != classes_)
-      std::cerr << fmt::format("warning: checkpoint '{}' was trained on different classes ({} "
+      warn(fmt::format("warning: checkpoint '{}' was trained on different classes ({} "
                                "classes) than this data ({} classes)\n",
-                               resumed_from_, st.classes.size(), classes_.size());
+                               resumed_from_, st.classes.size(), classes_.size()));
     if (train_)
       out("resumed from {} (epoch {} done, global step {}, next lr {:.6g})\n", resumed_from_,
           st.epoch, st.global_step, sched_.at(global_step_));
@@ -381,9 +390,9 @@ void Trainer::run_impl() {
                            train_->num_samples(), steps_per_epoch_, sched_.base_lr)
              : std::string());
   if (train_ && cfg_.warmup_epochs >= cfg_.epochs && cfg_.warmup_epochs > 0)
-    std::cerr << fmt::format("warning: --warmup-epochs {} >= --epochs {}: the lr stays in the "
+    warn(fmt::format("warning: --warmup-epochs {} >= --epochs {}: the lr stays in the "
                              "linear warmup for the whole run\n",
-                             cfg_.warmup_epochs, cfg_.epochs);
+                             cfg_.warmup_epochs, cfg_.epochs));
   load_weights();
   write_config_line();
   if (cfg_.run_scope == RunScope::eval_only) return run_eval_only();
@@ -393,8 +402,8 @@ void Trainer::run_impl() {
 
 void Trainer::run_eval_only() {
   if (cfg_.from_checkpoint.empty() && cfg_.from_pretrained_params.empty())
-    std::cerr << "warning: evaluating randomly initialised weights (pass --from-checkpoint or "
-                 "--from-pretrained-params)\n";
+    warn("warning: evaluating randomly initialised weights (pass --from-checkpoint or "
+                 "--from-pretrained-params)\n");
   EvalResult r = evaluate(*model_, *backend_, *val_, cfg_.label_smoothing,
                           g_log ? cfg_.print_interval : 0, 0, comm_.get());
   out("eval: loss {:.4f} top1 {:.2f}% top5 {:.2f}% ({} images, {:.1f} img/s, {} bad)\n", r.loss,
@@ -493,8 +502,8 @@ void Trainer::run_training() {
                      "training diverged: loss is {} for {} steps in a row, the last at global "
                      "step {} (epoch {}, lr {:.6g}; --max-nonfinite-steps {})",
                      losses[i], nonfinite_run_, at, epoch, lrs[i], cfg_.max_nonfinite_steps);
-          std::cerr << fmt::format("{}warning: loss is {} at global step {}\n", g_prefix,
-                                   losses[i], at);
+          warn(fmt::format("warning: loss is {} at global step {} (rank {})\n",
+                           losses[i], at, proc_.rank));
           continue;
         }
         nonfinite_run_ = 0;
