@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -71,28 +72,6 @@ LoaderOptions opts(int workers, bool exact) {
   o.exact_decode = exact;
   o.max_bad_fraction = 0.25;
   return o;
-}
-
-/// All batches of one epoch, deep-copied.
-std::vector<Batch> run_epoch(DataSource& src, int epoch) {
-  src.start_epoch(epoch);
-  std::vector<Batch> out;
-  Batch b;
-  while (src.next(b)) out.push_back({b.images.clone(), b.labels.clone(), b.size});
-  return out;
-}
-
-bool same_batches(const std::vector<Batch>& a, const std::vector<Batch>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].size != b[i].size) return false;
-    const size_t img = size_t(a[i].size) * a[i].images.nbytes() / size_t(a[i].images.dim(0));
-    if (std::memcmp(a[i].images.data(), b[i].images.data(), img) != 0) return false;
-    if (std::memcmp(a[i].labels.data(), b[i].labels.data(), size_t(a[i].size) * 4) != 0) {
-      return false;
-    }
-  }
-  return true;
 }
 
 TEST(Pipeline, EveryKindOfBadFileIsSkippedLoggedAndCounted) {
@@ -213,7 +192,8 @@ TEST(Pipeline, BatchesLiveInTheCallersBuffersAndMemoryStaysFlat) {
     const uint8_t* begin;
     size_t bytes;
   };
-  std::vector<Block> blocks;  // every buffer the allocator handed out
+  std::vector<Block> blocks;  // every buffer the allocator handed out (from worker threads)
+  std::mutex blocks_mu;
   std::atomic<int> calls{0};
   LoaderOptions o = opts(2, false);
   o.batch_size = 8;
@@ -224,6 +204,7 @@ TEST(Pipeline, BatchesLiveInTheCallersBuffersAndMemoryStaysFlat) {
     EXPECT_EQ(shape.size(), 1u);
     EXPECT_EQ(dt, DType::u8);
     Tensor t = Tensor::empty(std::move(shape), dt, l);
+    std::lock_guard<std::mutex> lock(blocks_mu);
     blocks.push_back({t.data_as<uint8_t>(), t.nbytes()});
     return t;
   };
@@ -235,6 +216,7 @@ TEST(Pipeline, BatchesLiveInTheCallersBuffersAndMemoryStaysFlat) {
     while (src->next(b)) {
       const auto* p = b.images.data_as<uint8_t>();
       bool inside = false;
+      std::lock_guard<std::mutex> lock(blocks_mu);
       for (const Block& k : blocks)
         inside |= p >= k.begin && p + b.images.nbytes() <= k.begin + k.bytes;
       ASSERT_TRUE(inside) << "batch not in an allocator buffer";

@@ -83,8 +83,9 @@ struct LoaderOptions {
   /// Pin worker thread i to CPU worker_cpus[i % size] (pthread_setaffinity_np); empty = no
   /// pinning. The pinning is logged to stderr; an invalid CPU id throws at construction.
   std::vector<int> worker_cpus;
-  /// Allocator for the batch buffers (default: 64-byte-aligned malloc). Buffers are allocated in
-  /// the first epoch (at most workers * prefetch + 4) and reused afterwards.
+  /// Allocator for the batch buffers (default: 64-byte-aligned malloc), called on the thread
+  /// that creates the source: workers * prefetch + 1 buffers up front (more, up to
+  /// workers * prefetch + 4 retained, only while the consumer keeps old batches), reused after.
   HostAllocator alloc_host;
 };
 

@@ -91,6 +91,15 @@ class BatchPool {
     ++allocations_;
     return pool_.back();
   }
+  /// Allocates storages until the pool holds `n` (the steady-state demand), so that a loader's
+  /// allocations happen up front instead of whenever timing first needs one more.
+  void reserve(size_t n) {
+    while (pool_.size() < n) {
+      pool_.push_back(alloc_ ? allocate_with(alloc_, layout_.total_bytes())
+                             : allocate_host_storage(layout_.total_bytes()));
+      ++allocations_;
+    }
+  }
   const BatchLayout& layout() const { return layout_; }
   /// Storages allocated so far (flat after the first epoch unless the consumer hoards batches).
   int64_t allocations() const { return allocations_; }

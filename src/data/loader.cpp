@@ -83,6 +83,9 @@ class ImageFolderSource final : public DataSource {
     ring_.resize(static_cast<size_t>(window_));
     pool_ = BatchPool(BatchLayout{opt.batch_size, opt.crop_size}, static_cast<size_t>(window_) + 4,
                       opt.alloc_host);
+    // Peak demand: one buffer per ring slot plus the batch the consumer holds (next() releases
+    // the consumer's previous batch under the lock before a worker can refill that slot).
+    pool_.reserve(static_cast<size_t>(window_) + 1);
     threads_.reserve(static_cast<size_t>(workers));
     for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { worker_loop(); });
     try {
