@@ -10,11 +10,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "rn50/data.h"
 
 namespace rn50::testutil {
 
@@ -139,6 +142,29 @@ inline int64_t rss_bytes() {
   int64_t pages = 0, resident = 0;
   f >> pages >> resident;
   return resident * sysconf(_SC_PAGESIZE);
+}
+
+/// All batches of one epoch of `src`, deep-copied.
+inline std::vector<Batch> run_epoch(DataSource& src, int epoch) {
+  src.start_epoch(epoch);
+  std::vector<Batch> out;
+  Batch b;
+  while (src.next(b)) out.push_back({b.images.clone(), b.labels.clone(), b.size});
+  return out;
+}
+
+/// Whether two epochs hold the same batches: sizes, the valid rows' pixels and labels.
+inline bool same_batches(const std::vector<Batch>& a, const std::vector<Batch>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].size != b[i].size) return false;
+    const size_t img = size_t(a[i].size) * a[i].images.nbytes() / size_t(a[i].images.dim(0));
+    if (std::memcmp(a[i].images.data(), b[i].images.data(), img) != 0) return false;
+    if (std::memcmp(a[i].labels.data(), b[i].labels.data(), size_t(a[i].size) * 4) != 0) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace rn50::testutil

@@ -21,6 +21,7 @@
 #include "data/decode.h"
 #include "data/rng.h"
 #include "data/transforms.h"
+#include "data_test_util.h"
 #include "rn50/data.h"
 
 namespace fs = std::filesystem;
@@ -30,22 +31,11 @@ namespace {
 
 const char* kPython = "/usr/bin/python3";
 
-struct TempDir {
-  std::string path;
-  explicit TempDir(const std::string& tag) {
-    path = (fs::temp_directory_path() / ("rn50_test_" + tag + "_" + std::to_string(getpid())))
-               .string();
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
-void write_bytes(const std::string& path, const void* data, size_t n) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream f(path, std::ios::binary);
-  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
-}
+using testutil::run_epoch;
+using testutil::same_batches;
+using testutil::TempDir;
+using testutil::write_bytes;
+using testutil::write_text;
 
 /// Writes a random w x h JPEG (quality 90, 4:2:0) through TurboJPEG.
 void write_jpeg(const std::string& path, int w, int h, uint64_t seed) {
@@ -59,10 +49,6 @@ void write_jpeg(const std::string& path, int w, int h, uint64_t seed) {
   write_bytes(path, buf, size);
   tjFree(buf);
   tjDestroy(t);
-}
-
-void write_text(const std::string& path, const std::string& s) {
-  write_bytes(path, s.data(), s.size());
 }
 
 /// root/{B,a,c}/...: 3 classes ("B" < "a" < "c" in byte order), 4 images each, different sizes,
@@ -96,28 +82,6 @@ LoaderOptions small_opts(int workers) {
   o.exact_decode = true;
   o.max_bad_fraction = 0.5;
   return o;
-}
-
-/// All batches of one epoch, deep-copied.
-std::vector<Batch> run_epoch(DataSource& src, int epoch) {
-  src.start_epoch(epoch);
-  std::vector<Batch> out;
-  Batch b;
-  while (src.next(b)) out.push_back({b.images.clone(), b.labels.clone(), b.size});
-  return out;
-}
-
-bool same_batches(const std::vector<Batch>& a, const std::vector<Batch>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].size != b[i].size) return false;
-    const size_t img = size_t(a[i].size) * a[i].images.nbytes() / size_t(a[i].images.dim(0));
-    if (std::memcmp(a[i].images.data(), b[i].images.data(), img) != 0) return false;
-    if (std::memcmp(a[i].labels.data(), b[i].labels.data(), size_t(a[i].size) * 4) != 0) {
-      return false;
-    }
-  }
-  return true;
 }
 
 TEST(ImageFolder, ScanOrdersClassesAndFilesLikeTorchvision) {
