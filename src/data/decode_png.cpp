@@ -5,6 +5,7 @@
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "core/check.h"
 #include "data/decode.h"
@@ -54,6 +55,29 @@ void convert_row(const uint8_t* s, png_uint_32 w, int channels, bool gray16, uin
       dst[1] = s[1];
       dst[2] = s[2];
     }
+  }
+}
+
+/// The libpng transformations that make its rows match PIL's convert("RGB") input: palette ->
+/// its RGB entries (tRNS ignored by convert("RGB")); gray 1/2/4 bit scaled to 0..255 ("1",
+/// "L;2", "L;4" raw modes); 16-bit samples keep the high byte ("RGB;16B", "RGBA;16B", "LA;16B")
+/// except 16-bit gray, which PIL loads as "I" and clamps (convert_row). Returns whether the image
+/// is 16-bit gray.
+bool set_pil_transforms(png_structp png, int depth, int type) {
+  const bool gray16 = depth == 16 && type == PNG_COLOR_TYPE_GRAY;
+  if (type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (type == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+  if (depth == 16 && !gray16) png_set_strip_16(png);
+  return gray16;
+}
+
+/// Adds one packed-RGB row of `w` pixels into `acc`, column x into block x / factor.
+void accumulate_row(const uint8_t* s, size_t w, int factor, std::vector<uint32_t>& acc) {
+  for (size_t x = 0; x < w; ++x, s += 3) {
+    uint32_t* a = &acc[x / static_cast<size_t>(factor) * 3];
+    a[0] += s[0];
+    a[1] += s[1];
+    a[2] += s[2];
   }
 }
 
@@ -112,13 +136,7 @@ void decode_png(const uint8_t* data, size_t size, const std::string& path, Image
     too_big = 1;
     png_error(png, "too big");
   }
-  // PIL: palette -> its RGB entries (tRNS ignored by convert("RGB")); gray 1/2/4 bit scaled to
-  // 0..255 ("1", "L;2", "L;4" raw modes); 16-bit samples keep the high byte ("RGB;16B",
-  // "RGBA;16B", "LA;16B") except 16-bit gray, which PIL loads as "I" and clamps (handled below).
-  const bool gray16 = depth == 16 && type == PNG_COLOR_TYPE_GRAY;
-  if (type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
-  if (type == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
-  if (depth == 16 && !gray16) png_set_strip_16(png);
+  const bool gray16 = set_pil_transforms(png, depth, type);
   png_set_interlace_handling(png);
   png_read_update_info(png, info);
   const int channels = png_get_channels(png, info);
@@ -206,10 +224,8 @@ void decode_png_reduced(const uint8_t* data, size_t size, const std::string& pat
     out.pixels.assign(static_cast<size_t>(out.width) * out.height * 3, 0);
     acc.assign(static_cast<size_t>(out.width) * 3, 0);
     for (int y = 0; y < full.height; ++y) {
-      const uint8_t* s = full.pixels.data() + static_cast<size_t>(y) * full.width * 3;
-      for (int x = 0; x < full.width; ++x) {
-        for (int c = 0; c < 3; ++c) acc[static_cast<size_t>(x / factor) * 3 + c] += s[3 * x + c];
-      }
+      accumulate_row(full.pixels.data() + static_cast<size_t>(y) * full.width * 3,
+                     static_cast<size_t>(full.width), factor, acc);
       if ((y + 1) % factor == 0 || y + 1 == full.height) {
         emit_reduced_row(acc, full.width, factor, y % factor + 1,
                          out.pixels.data() + static_cast<size_t>(y / factor) * out.width * 3);
@@ -217,10 +233,7 @@ void decode_png_reduced(const uint8_t* data, size_t size, const std::string& pat
     }
     return;
   }
-  const bool gray16 = depth == 16 && type == PNG_COLOR_TYPE_GRAY;
-  if (type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
-  if (type == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
-  if (depth == 16 && !gray16) png_set_strip_16(png);
+  const bool gray16 = set_pil_transforms(png, depth, type);
   png_read_update_info(png, info);
   const int channels = png_get_channels(png, info);
   const size_t rowbytes = png_get_rowbytes(png, info);
@@ -235,13 +248,7 @@ void decode_png_reduced(const uint8_t* data, size_t size, const std::string& pat
   for (png_uint_32 y = 0; y < h; ++y) {
     png_read_row(png, row.data(), nullptr);
     convert_row(row.data(), w, channels, gray16, rgb.data());
-    const uint8_t* s = rgb.data();
-    for (png_uint_32 x = 0; x < w; ++x, s += 3) {
-      uint32_t* a = &acc[static_cast<size_t>(x / static_cast<png_uint_32>(factor)) * 3];
-      a[0] += s[0];
-      a[1] += s[1];
-      a[2] += s[2];
-    }
+    accumulate_row(rgb.data(), w, factor, acc);
     if ((y + 1) % static_cast<png_uint_32>(factor) == 0 || y + 1 == h) {
       emit_reduced_row(acc, static_cast<int>(w), factor,
                        static_cast<int>(y % static_cast<png_uint_32>(factor)) + 1,

@@ -23,6 +23,7 @@
 // workspace and linear_scratch grow on a key's first call only.
 #include <fmt/format.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -163,17 +164,24 @@ void check_2d(const CudaBackend& be, const char* op, const char* name, const Ten
   RN50_FAIL("cuda {}: {} is {}, expected F32/F16/BF16 of shape [{}]", op, name, t.str(), want);
 }
 
+/// (N, C, K) of an fc layer with x (N,C) and w (K,C), both checked (device, dtype, shape).
+std::array<int64_t, 3> linear_dims(const CudaBackend& be, const char* op, const Tensor& x,
+                                   const Tensor& w) {
+  be.check_device(op, "x", x);
+  be.check_device(op, "w", w);
+  RN50_CHECK(x.ndim() == 2 && w.ndim() == 2 && w.dim(1) == x.dim(1),
+             "cuda {}: x {} does not match w {} (x (N,C), w (K,C))", op, x.str(), w.str());
+  const int64_t N = x.dim(0), C = x.dim(1), K = w.dim(0);
+  check_2d(be, op, "x", x, {N, C});
+  check_2d(be, op, "w", w, {K, C});
+  return {N, C, K};
+}
+
 }  // namespace
 
 void CudaBackend::linear_fwd(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
   const char* op = "linear_fwd";
-  check_device(op, "x", x);
-  check_device(op, "w", w);
-  RN50_CHECK(x.ndim() == 2 && w.ndim() == 2 && w.dim(1) == x.dim(1),
-             "cuda {}: x {} does not match w {} (x (N,C), w (K,C))", op, x.str(), w.str());
-  const int64_t N = x.dim(0), C = x.dim(1), K = w.dim(0);
-  check_2d(*this, op, "x", x, {N, C});
-  check_2d(*this, op, "w", w, {K, C});
+  const auto [N, C, K] = linear_dims(*this, op, x, w);
   check_2d(*this, op, "b", b, {K});
   check_2d(*this, op, "y", y, {N, K});
   if (N == 0 || K == 0) return;
@@ -207,13 +215,7 @@ void CudaBackend::linear_fwd(const Tensor& x, const Tensor& w, const Tensor& b, 
 void CudaBackend::linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
                              Tensor& dw, Tensor& db) {
   const char* op = "linear_bwd";
-  check_device(op, "x", x);
-  check_device(op, "w", w);
-  RN50_CHECK(x.ndim() == 2 && w.ndim() == 2 && w.dim(1) == x.dim(1),
-             "cuda {}: x {} does not match w {} (x (N,C), w (K,C))", op, x.str(), w.str());
-  const int64_t N = x.dim(0), C = x.dim(1), K = w.dim(0);
-  check_2d(*this, op, "x", x, {N, C});
-  check_2d(*this, op, "w", w, {K, C});
+  const auto [N, C, K] = linear_dims(*this, op, x, w);
   check_2d(*this, op, "dy", dy, {N, K});
   check_2d(*this, op, "dw", dw, {K, C});
   check_2d(*this, op, "db", db, {K});
