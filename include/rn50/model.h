@@ -108,8 +108,6 @@ class ResNet {
   /// Copies the f32 master parameters into the compute copies (see the class comment). Called
   /// by init() and load_state_dict(); call it after every optimiser step.
   void refresh_compute_params();
-  /// Whether conv/fc parameters are used through a compute copy (see the class comment).
-  bool has_compute_copy() const;
   /// Parameter indices (into params()) in the order backward() finishes their f32 gradients in
   /// grad_slab(): fc.weight, fc.bias, then each conv/BN unit from the last to the stem (BN
   /// weight, BN bias, conv weight; a block's branch before its downsample).

@@ -221,7 +221,6 @@ int64_t ResNet::num_params() const { return impl_->num_params; }
 int64_t ResNet::decay_count() const { return impl_->decay_count; }
 Tensor& ResNet::param_slab() { return impl_->param_slab; }
 Tensor& ResNet::grad_slab() { return impl_->grad_slab; }
-bool ResNet::has_compute_copy() const { return impl_->mirror; }
 const Tensor& ResNet::forward_output() const { return impl_->logits; }
 int64_t ResNet::plan_generation() const { return impl_->plan_generation; }
 

@@ -70,7 +70,6 @@ class TrainStep {
   void set_loss_scale(float scale, float skipped_steps);
   /// Steps replayed from a recorded graph so far (0 on CPU backends).
   int64_t replayed_steps() const { return replayed_; }
-  bool graphs_active() const { return !graphs_.empty(); }
   /// Seconds the host spent blocked on gradient allreduces after backward, summed over the
   /// eagerly run steps (MPI; the communication not hidden under backward). 0 for NCCL.
   double comm_wait_seconds() const { return comm_wait_s_; }
