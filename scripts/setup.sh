@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# Installs the Debian packages rn50 builds and tests with (CPU build; the CUDA toolkit, when
-# present, is found at /usr/local/cuda by a later change). Idempotent; needs root (or sudo).
+# Installs the Debian packages rn50 builds, tests and trains with on a new Debian 12 machine that
+# ships only g++, cmake, ninja, pkg-config, git, GoogleTest/GoogleMock, Google Benchmark and python3.
+# The CUDA toolkit, when present at /usr/local/cuda, is found by CMakeLists.txt; nothing here needs it.
+# Idempotent; needs root (or sudo).
+#
+# OpenCL: Debian's oneDNN is built with its OpenCL GPU runtime, so its CMake config runs
+# find_package(OpenCL REQUIRED) and its dnnl target links OpenCL::OpenCL. The package that provides
+# libOpenCL.so and the CL headers, ocl-icd-opencl-dev, is only a Recommends of libdnnl-dev, which
+# --no-install-recommends skips. We install it explicitly rather than locate oneDNN by hand around
+# its config: the config is the supported interface and the package is 23 kB (plus headers).
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config
-      libdnnl-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
+      libdnnl-dev ocl-icd-opencl-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
       nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev
       libopenmpi-dev openmpi-bin
       python3-torch python3-torchvision python3-numpy python3-pil)
