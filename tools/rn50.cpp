@@ -283,7 +283,7 @@ int main(int argc, char** argv) {
     if (*data_cmds.check) return run_check_data(data_cmds);
     if (*data_cmds.bench_loader) return run_bench_loader(data_cmds);
   } catch (const rn50::Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << rn50::error_text(e) << "\n";
     return 2;
   }
   return 0;

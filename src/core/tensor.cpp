@@ -11,7 +11,15 @@ namespace rn50 {
 
 void fail_at(const char* file, int line, const std::string& msg) {
   const char* base = std::strrchr(file, '/');
-  throw Error(fmt::format("{}:{}: {}", base ? base + 1 : file, line, msg));
+  throw Error(msg, fmt::format("{}:{}", base ? base + 1 : file, line));
+}
+
+std::string error_text(const std::exception& e) {
+  const auto* err = dynamic_cast<const Error*>(&e);
+  const char* debug = std::getenv("RN50_DEBUG");
+  if (err && !err->location().empty() && debug && *debug)
+    return fmt::format("{} [at {}]", e.what(), err->location());
+  return e.what();
 }
 
 size_t dtype_size(DType t) {

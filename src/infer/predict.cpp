@@ -175,7 +175,7 @@ int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err) 
     }
   } catch (const std::exception& e) {
     out.flush();
-    err << "error: " << e.what() << "\n";
+    err << "error: " << error_text(e) << "\n";
     return 1;
   }
   return failed ? 1 : 0;

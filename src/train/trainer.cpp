@@ -751,12 +751,9 @@ int run_train(const TrainConfig& config) {
     Trainer t(cfg, proc);
     t.run();
     return 0;
-  } catch (const Error& e) {
-    std::fflush(stdout);
-    std::cerr << "error: " << e.what() << "\n";
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << error_text(e) << "\n";
   }
   return 1;
 }
