@@ -48,8 +48,13 @@ TEST(CliFlags, BadValuesAreRejectedWithTheirFlag) {
       {"train --data synthetic --device tpu", "--device 'tpu'"},
       {"train --data synthetic --last-epoch-of-checkpoint latest", "'latest'"},
       {"train --data synthetic --benchmark --run-scope eval_only", "--benchmark"},
-      {"train", "--image-root is required"},
+      // A new user with no dataset: what to pass, and where the README says how to get data.
+      {"train", "pass --image-root DIR"},
+      {"train", "--data synthetic"},
+      {"train", "'Getting the data'"},
+      {"eval", "pass --image-root DIR"},
       {"train --image-root " + tmp.str() + "/nope", "no such directory"},
+      {"train --image-root " + tmp.str() + "/nope", "scripts/prepare-imagenet.sh"},
       {"train --image-root " + tmp.str(), "no train/ folder"},
       {"train --epochs abc", "--epochs"},
       {"train --no-such-flag 3", "--no-such-flag"},
@@ -65,7 +70,16 @@ TEST(CliFlags, BadValuesAreRejectedWithTheirFlag) {
     EXPECT_NE(rc, 0) << c.args << "\n" << out;
     EXPECT_NE(out.find(c.expect), std::string::npos)
         << "rn50 " << c.args << "\nexpected '" << c.expect << "' in:\n" << out;
+    // What a user reads names flags and files, never rn50's source files.
+    EXPECT_EQ(out.find(".cpp:"), std::string::npos) << "rn50 " << c.args << "\n" << out;
   }
+}
+
+TEST(CliFlags, SourceLocationOnlyWithRn50Debug) {
+  std::string out;
+  EXPECT_NE(run_command("RN50_DEBUG=1 " + kCli + " train --data synthetic --batch-size 0", &out), 0);
+  EXPECT_NE(out.find("--batch-size 0"), std::string::npos) << out;
+  EXPECT_NE(out.find(".cpp:"), std::string::npos) << "RN50_DEBUG=1 shows where it failed:\n" << out;
 }
 
 TEST(CliFlags, HelpAndVersion) {

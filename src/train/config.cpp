@@ -119,8 +119,10 @@ void validate(const TrainConfig& c) {
              c.device);
   if (c.data == DataKind::imagefolder)
     RN50_CHECK(!c.image_root.empty(),
-               "--image-root is required with --data imagefolder (a folder holding train/ and "
-               "val/), or pass --data synthetic");
+               "no images to train or evaluate on: pass --image-root DIR, an ImageFolder root "
+               "holding train/<class>/*.JPEG and val/<class>/* ({}), or --data synthetic for "
+               "random images (benchmarks only)",
+               kDataHelp);
   RN50_CHECK(!(c.benchmark && c.run_scope == RunScope::eval_only),
              "--benchmark times training steps: it cannot be combined with --run-scope eval_only");
   const std::string& le = c.last_epoch_of_checkpoint;

@@ -7,6 +7,11 @@
 
 namespace rn50 {
 
+/// Where a user without a dataset is sent by the errors about --image-root.
+inline constexpr const char* kDataHelp =
+    "README.md, section 'Getting the data', says how to download Imagenette or turn the "
+    "ImageNet-1k archives into this layout with scripts/prepare-imagenet.sh";
+
 /// Every field of `cfg` keyed by its flag name without dashes-> underscores (e.g. "batch_size",
 /// "num_of_class"), enums as their names, layout as "NCHW"/"NHWC".
 nlohmann::ordered_json config_to_json(const TrainConfig& cfg);

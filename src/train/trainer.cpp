@@ -175,7 +175,10 @@ void Trainer::setup_data() {
     }
   } else {
     const fs::path root(cfg_.image_root);
-    RN50_CHECK(fs::is_directory(root), "--image-root '{}': no such directory", cfg_.image_root);
+    RN50_CHECK(fs::is_directory(root),
+               "--image-root '{}': no such directory; pass the folder that holds train/ and val/ "
+               "({})",
+               cfg_.image_root, kDataHelp);
     if (need_train) {
       const fs::path tr = root / "train";
       RN50_CHECK(fs::is_directory(tr), "--image-root '{}': no train/ folder ('{}' is missing)",
