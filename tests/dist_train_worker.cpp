@@ -20,7 +20,7 @@
 #include "rn50/data.h"
 #include "rn50/dist.h"
 #include "rn50/model.h"
-#include "train/input.h"
+#include "model/input_stage.h"
 #include "train/train_step.h"
 
 using namespace rn50;

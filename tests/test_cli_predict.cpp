@@ -14,7 +14,7 @@
 #include "rn50/backend.h"
 #include "rn50/model.h"
 #include "test_train_util.h"
-#include "train/input.h"
+#include "model/input_stage.h"
 #include "train/metrics.h"
 
 using namespace rn50_test;

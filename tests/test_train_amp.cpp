@@ -27,7 +27,7 @@
 #include "rn50/backend.h"
 #include "rn50/data.h"
 #include "rn50/model.h"
-#include "train/input.h"
+#include "model/input_stage.h"
 #include "train/train_step.h"
 
 namespace rn50 {

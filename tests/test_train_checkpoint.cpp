@@ -12,7 +12,7 @@
 #include "rn50/model.h"
 #include "test_train_util.h"
 #include "train/checkpoint.h"
-#include "train/input.h"
+#include "model/input_stage.h"
 
 using namespace rn50;
 namespace fs = std::filesystem;

@@ -3,7 +3,7 @@
 //   rn50 eval    [flags]            = rn50 train --run-scope eval_only
 //   rn50 predict --from-pretrained-params FILE [flags] IMAGE...
 // Flag names follow NVIDIA DeepLearningExamples (PaddlePaddle RN50 v1.5 train.py); defaults and
-// meanings are documented on TrainConfig / PredictConfig in include/rn50/train.h.
+// meanings are documented on TrainConfig (include/rn50/train.h) and PredictConfig (rn50/infer.h).
 // Exit codes: 0 ok; 1 a run failed (message on stderr); CLI11's codes (>= 100) for flag
 // syntax errors; 2 for flag values rejected after parsing.
 #include <CLI/CLI.hpp>
@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "rn50/data.h"
+#include "rn50/infer.h"
 #include "rn50/train.h"
 
 namespace {

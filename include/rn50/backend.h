@@ -265,6 +265,18 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOpti
 std::vector<std::string> available_backends();
 /// Names of the backends compiled into this build ("cuda" even without a GPU).
 std::vector<std::string> compiled_backends();
+/// A resolved --device.
+struct DeviceChoice {
+  std::string backend;  ///< "onednn" or "cuda"
+  int index = 0;        ///< CUDA ordinal
+  std::string name;     ///< "cpu" or "cuda:N"
+};
+/// Parses --device: "auto" -> cuda:0 when a GPU is usable, else cpu; "cpu" -> backend "onednn";
+/// "cuda" / "cuda:N" -> backend "cuda" on device N. Throws rn50::Error naming --device and the
+/// value when it is malformed, when CUDA is not built or no GPU is usable (with the reason), or
+/// when N is not below the number of GPUs.
+DeviceChoice resolve_device(const std::string& device);
+
 /// Number of usable CUDA devices: 0 when the CUDA backend is not built or no GPU/driver is
 /// present (never throws).
 int cuda_device_count();

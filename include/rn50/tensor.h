@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "rn50/error.h"
+
 namespace rn50 {
 
 /// Element types. f32 is the master type; f16/bf16 are AMP compute types; u8 holds decoded

@@ -5,7 +5,7 @@
 #include "rn50/backend.h"
 
 namespace rn50 {
-/// Naive reference backend (src/ops/ref): float64 accumulation, NCHW and NHWC, f32 (and f64).
+/// Naive reference backend (src/backend/ref): float64 accumulation, NCHW and NHWC, f32 (and f64).
 std::unique_ptr<Backend> make_ref_backend();
 /// oneDNN CPU backend (src/backend/cpu): primitives cached per shape.
 std::unique_ptr<Backend> make_onednn_backend();

@@ -41,4 +41,24 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOpti
   RN50_FAIL("unknown backend '{}' (built: {})", name, known);
 }
 
+DeviceChoice resolve_device(const std::string& device) {
+  if (device == "auto")
+    return cuda_device_count() > 0 ? DeviceChoice{"cuda", 0, "cuda:0"}
+                                   : DeviceChoice{"onednn", 0, "cpu"};
+  if (device == "cpu") return {"onednn", 0, "cpu"};
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
+    const std::string idx = device.size() > 5 ? device.substr(5) : "0";
+    RN50_CHECK(!idx.empty() && idx.size() <= 4 &&
+                   idx.find_first_not_of("0123456789") == std::string::npos,
+               "--device '{}': expected auto, cpu, cuda or cuda:N", device);
+    const int n = cuda_device_count();
+    RN50_CHECK(n > 0, "--device {}: {}; use --device cpu", device, cuda_unavailable_reason());
+    const int i = std::stoi(idx);
+    RN50_CHECK(i < n, "--device {}: this machine has {} GPU(s) (cuda:0 to cuda:{})", device, n,
+               n - 1);
+    return {"cuda", i, "cuda:" + std::to_string(i)};
+  }
+  RN50_FAIL("--device '{}': expected auto, cpu, cuda or cuda:N", device);
+}
+
 }  // namespace rn50

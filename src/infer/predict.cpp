@@ -19,11 +19,10 @@
 #include "rn50/backend.h"
 #include "rn50/data.h"
 #include "rn50/model.h"
-#include "rn50/train.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
-#include "train/input.h"
-#include "train/metrics.h"
+#include "rn50/infer.h"
+#include "model/input_stage.h"
+#include "model/logits.h"
+#include "model/weights.h"
 
 namespace rn50 {
 namespace {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/safetensors.h"
+#include "model/weights.h"
 #include "rn50/backend.h"
 #include "rn50/model.h"
 #include "rn50/tensor.h"
@@ -67,25 +68,5 @@ CheckpointState read_checkpoint_state(const std::string& dir);
 /// missing key or shape mismatch.
 CheckpointState load_checkpoint(const std::string& dir, ResNet& model, Backend& backend,
                                 Tensor& momentum_buf);
-
-/// Loads torchvision-keyed weights (e.g. resnet50().state_dict() saved as safetensors) into
-/// `model`: every parameter and running_mean/var must be present with the model's shape
-/// (num_batches_tracked entries are ignored; F64/F16/BF16 are converted to F32; unexpected keys
-/// are listed on stderr and ignored). A shape mismatch throws naming the key, both shapes and,
-/// for fc.*, the --num-of-class value that matches the file.
-void load_pretrained_params(const std::string& path, ResNet& model);
-/// The same with the file already read (`path` names it in messages).
-void load_pretrained_params(const SafeTensorsFile& file, const std::string& path, ResNet& model);
-
-/// Host f32 copy of a host tensor of dtype f32/f64/f16/bf16 (names `what` in errors).
-Tensor to_f32(const Tensor& t, const std::string& what);
-
-/// Architecture name whose layout matches the keys of a torchvision state dict (bottleneck iff
-/// layer1.0.conv3.weight exists; blocks per stage counted from layerS.I.conv1.weight). Throws
-/// naming `what` when no known architecture matches.
-std::string infer_arch(const std::map<std::string, Tensor>& sd, const std::string& what);
-
-/// Host copy of a backend tensor.
-Tensor to_host(Backend& backend, const Tensor& t);
 
 }  // namespace rn50

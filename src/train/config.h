@@ -16,18 +16,6 @@ inline constexpr const char* kDataHelp =
 /// "num_of_class"), enums as their names, layout as "NCHW"/"NHWC".
 nlohmann::ordered_json config_to_json(const TrainConfig& cfg);
 
-/// A resolved --device.
-struct DeviceChoice {
-  std::string backend;  ///< "onednn" or "cuda"
-  int index = 0;        ///< CUDA ordinal
-  std::string name;     ///< "cpu" or "cuda:N"
-};
-/// Parses --device: "auto" -> cuda:0 when a GPU is usable, else cpu; "cpu" -> backend "onednn";
-/// "cuda" / "cuda:N" -> backend "cuda" on device N. Throws rn50::Error naming --device and the
-/// value when it is malformed, when CUDA is not built or no GPU is usable (with the reason), or
-/// when N is not below the number of GPUs.
-DeviceChoice resolve_device(const std::string& device);
-
 /// The model's compute dtype for a config: f32, or f16/bf16 under --amp (--amp-dtype).
 DType compute_dtype(const TrainConfig& cfg);
 

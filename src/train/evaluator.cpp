@@ -7,7 +7,7 @@
 
 #include "core/check.h"
 #include "train/checkpoint.h"
-#include "train/input.h"
+#include "model/input_stage.h"
 #include "train/metrics.h"
 
 namespace rn50 {

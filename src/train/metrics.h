@@ -1,35 +1,14 @@
-// rn50: host-side metrics — top-k accuracy from logits, label-smoothed cross-entropy, running
-// sums over an epoch, and a throughput meter (images / wall time after warmup; DLE's "ips").
+// rn50: running metric sums over an epoch and a throughput meter (images / wall time after
+// warmup; DLE's "ips"). The per-row math on logits is in model/logits.h.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <vector>
 
+#include "model/logits.h"
+
 namespace rn50 {
-
-/// Rank of class `label` among `k` logits sorted by decreasing value, ties broken by the lower
-/// class index first (a stable descending sort): 0 = the top class. A NaN logit of the label
-/// ranks last (k). Used for top-k: the label is in the top k iff rank < k.
-int64_t label_rank(const float* logits, int64_t k, int64_t label);
-
-/// Indices of the `top` largest logits, largest first, ties -> lower index first. top <= k.
-std::vector<int64_t> topk_indices(const float* logits, int64_t k, int64_t top);
-
-/// Softmax of one row in fp32 (max-subtracted, as torch.softmax), written to probs[0..k).
-void softmax_row(const float* logits, int64_t k, float* probs);
-
-/// torch CrossEntropyLoss(label_smoothing=eps) of one row, in double:
-///   -(1-eps) * log p[label] - eps/k * sum_j log p[j],  log p = logits - logsumexp(logits).
-double smoothed_xent(const float* logits, int64_t k, int64_t label, double eps);
-
-/// Counts of correct predictions over a batch.
-struct TopkCounts {
-  int64_t top1 = 0;
-  int64_t top5 = 0;
-};
-/// logits (n, k) row-major f32, labels i32 (n). Only the first n rows are used.
-TopkCounts topk_correct(const float* logits, int64_t n, int64_t k, const int32_t* labels);
 
 /// Sums over an epoch (or an eval pass): loss weighted by samples, top-1/top-5 hits.
 struct MetricSums {

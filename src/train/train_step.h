@@ -24,7 +24,7 @@
 #include "rn50/backend.h"
 #include "rn50/dist.h"
 #include "rn50/model.h"
-#include "train/input.h"
+#include "model/input_stage.h"
 
 namespace rn50 {
 

@@ -26,7 +26,7 @@
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/evaluator.h"
-#include "train/input.h"
+#include "model/input_stage.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/report.h"

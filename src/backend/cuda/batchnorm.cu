@@ -1,5 +1,5 @@
 // rn50 CUDA backend: batch normalisation, torch.nn.BatchNorm2d semantics (see BatchNormParams in
-// rn50/backend.h and the reference src/ops/ref/batchnorm.cpp), optionally fused with ReLU.
+// rn50/backend.h and the reference src/backend/ref/batchnorm.cpp), optionally fused with ReLU.
 //
 // Tensors: x, y, dy, dx (N,C,H,W), one dtype (f32, f16 or bf16) and one layout (NCHW or NHWC);
 // gamma, beta, running_*, save_*, dgamma, dbeta f32 (C). Per channel c over M = N*H*W values:

@@ -1,5 +1,5 @@
 // rn50 CUDA backend: elementwise ops (see Backend in rn50/backend.h; semantics of the reference
-// src/ops/ref/eltwise.cpp):
+// src/backend/ref/eltwise.cpp):
 //   relu_fwd      y  = x > 0 ? x : 0          (NaN -> 0, as the reference)
 //   relu_bwd      dx = y > 0 ? dy : 0         (torch threshold_backward on the forward output)
 //   add           y  = a + b

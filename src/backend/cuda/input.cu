@@ -1,5 +1,5 @@
 // rn50 CUDA backend: input normalisation of decoded u8 images, torchvision's ToTensor() followed
-// by Normalize(mean, std) (see rn50/backend.h and the reference src/ops/ref/input.cpp):
+// by Normalize(mean, std) (see rn50/backend.h and the reference src/backend/ref/input.cpp):
 //   dst[n,c,h,w] = (src[n,c,h,w] / 255 - mean[c]) / std[c]
 // computed in float32 in exactly that order with correctly rounded IEEE operations (__fdiv_rn,
 // __fsub_rn: immune to fast-math flags), so an f32 result is bit-identical to torchvision's;

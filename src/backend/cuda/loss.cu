@@ -1,6 +1,6 @@
 // rn50 CUDA backend: softmax cross-entropy with label smoothing, exactly
 // torch.nn.CrossEntropyLoss(label_smoothing=eps, reduction="mean") (see rn50/backend.h and the
-// reference src/ops/ref/loss.cpp). logits, probs, dlogits f32 (N,K); labels i32 (N) on the
+// reference src/backend/ref/loss.cpp). logits, probs, dlogits f32 (N,K); labels i32 (N) on the
 // device; loss f32 {1}. With q = (1 - eps) * onehot(label) + eps / K:
 //   p = softmax(z) (max-subtracted),  lse = m + log sum_k exp(z_k - m)
 //   loss = mean_n [ (1 - eps) * (lse_n - z[n,label]) + eps / K * (K * lse_n - sum_k z[n,k]) ]

@@ -1,4 +1,4 @@
-// rn50 CUDA backend: pooling (see rn50/backend.h and the reference src/ops/ref/pool.cpp).
+// rn50 CUDA backend: pooling (see rn50/backend.h and the reference src/backend/ref/pool.cpp).
 //  * maxpool2d: torch.nn.MaxPool2d (padding is never selected; pad <= kernel / 2):
 //      y[n,c,oh,ow] = max over r, s < kernel (inside the input) of x[n,c,oh*st-pad+r, ow*st-pad+s]
 //    The window's FIRST maximum in row-major (r, s) order is its argmax; a NaN wins over any

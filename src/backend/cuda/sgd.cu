@@ -1,5 +1,5 @@
 // rn50 CUDA backend: the optimiser and the AMP loss-scale ops (see SgdParams, StepState and
-// LossScaleParams in rn50/backend.h; the reference is src/ops/ref/sgd.cpp).
+// LossScaleParams in rn50/backend.h; the reference is src/backend/ref/sgd.cpp).
 //  * sgd_update: torch.optim.SGD (dampening 0, nesterov false) over f32 1-D slabs, in torch's
 //    order with every operation rounded separately (__fmul_rn / __fadd_rn: no FMA contraction):
 //        g = grad * grad_scale;  g = g + weight_decay * p  (i < decay_count)

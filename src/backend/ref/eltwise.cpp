@@ -5,8 +5,8 @@
 //   add_relu: y = max(a + b, 0);       backward is relu_bwd on y (for both a and b)
 #include <vector>
 
-#include "ops/ref/ref_backend.h"
-#include "ops/ref/ref_util.h"
+#include "backend/ref/ref_backend.h"
+#include "backend/ref/ref_util.h"
 
 namespace rn50::ref {
 

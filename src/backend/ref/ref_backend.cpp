@@ -1,10 +1,10 @@
 // rn50 reference backend: capability query, memory functions and the factory.
-#include "ops/ref/ref_backend.h"
+#include "backend/ref/ref_backend.h"
 
 #include <cstring>
 
 #include "backend/factories.h"
-#include "ops/ref/ref_util.h"
+#include "backend/ref/ref_util.h"
 
 namespace rn50 {
 namespace ref {

@@ -1,5 +1,5 @@
 // rn50 reference backend: helpers (see ref_util.h).
-#include "ops/ref/ref_util.h"
+#include "backend/ref/ref_util.h"
 
 #include <bit>
 

@@ -5,8 +5,8 @@
 // result once; F64 uses float64.
 #include <cstdint>
 
-#include "ops/ref/ref_backend.h"
-#include "ops/ref/ref_util.h"
+#include "backend/ref/ref_backend.h"
+#include "backend/ref/ref_util.h"
 
 namespace rn50::ref {
 

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <vector>
 
-#include "ops/ref/ref_backend.h"
-#include "ops/ref/ref_util.h"
+#include "backend/ref/ref_backend.h"
+#include "backend/ref/ref_util.h"
 
 namespace rn50::ref {
 

@@ -1,4 +1,4 @@
-#include "train/input.h"
+#include "model/input_stage.h"
 
 #include "core/check.h"
 

@@ -3,8 +3,8 @@
 //   dx[n,c] = sum_k dy[n,k] * w[k,c];  dw[k,c] = sum_n dy[n,k] * x[n,c];  db[k] = sum_n dy[n,k]
 #include <vector>
 
-#include "ops/ref/ref_backend.h"
-#include "ops/ref/ref_util.h"
+#include "backend/ref/ref_backend.h"
+#include "backend/ref/ref_util.h"
 
 namespace rn50::ref {
 

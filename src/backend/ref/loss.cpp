@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/step_state.h"
-#include "ops/ref/ref_backend.h"
-#include "ops/ref/ref_util.h"
+#include "backend/ref/ref_backend.h"
+#include "backend/ref/ref_util.h"
 
 namespace rn50::ref {
 

@@ -9,8 +9,8 @@
 // element is accumulated by one thread in a fixed order (deterministic).
 #include <vector>
 
-#include "ops/ref/ref_backend.h"
-#include "ops/ref/ref_util.h"
+#include "backend/ref/ref_backend.h"
+#include "backend/ref/ref_util.h"
 
 namespace rn50::ref {
 

@@ -1,0 +1,34 @@
+// rn50: host math on classifier logits (f32, one row of k classes): rank of a label, top-k
+// indices, softmax and torch's label-smoothed cross-entropy in double. The reference for the
+// backends' loss and metric ops, and what `rn50 predict` ranks classes with.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace rn50 {
+
+/// Rank of class `label` among `k` logits sorted by decreasing value, ties broken by the lower
+/// class index first (a stable descending sort): 0 = the top class. A NaN logit of the label
+/// ranks last (k). Used for top-k: the label is in the top k iff rank < k.
+int64_t label_rank(const float* logits, int64_t k, int64_t label);
+
+/// Indices of the `top` largest logits, largest first, ties -> lower index first. top <= k.
+std::vector<int64_t> topk_indices(const float* logits, int64_t k, int64_t top);
+
+/// Softmax of one row in fp32 (max-subtracted, as torch.softmax), written to probs[0..k).
+void softmax_row(const float* logits, int64_t k, float* probs);
+
+/// torch CrossEntropyLoss(label_smoothing=eps) of one row, in double:
+///   -(1-eps) * log p[label] - eps/k * sum_j log p[j],  log p = logits - logsumexp(logits).
+double smoothed_xent(const float* logits, int64_t k, int64_t label, double eps);
+
+/// Counts of correct predictions over a batch.
+struct TopkCounts {
+  int64_t top1 = 0;
+  int64_t top5 = 0;
+};
+/// logits (n, k) row-major f32, labels i32 (n). Only the first n rows are used.
+TopkCounts topk_correct(const float* logits, int64_t n, int64_t k, const int32_t* labels);
+
+}  // namespace rn50

@@ -1,0 +1,142 @@
+// rn50: weights in torchvision's format — safetensors files keyed by state_dict names — loaded
+// into a ResNet, with dtype conversion and architecture inference from the keys.
+#include "model/weights.h"
+
+#include <fmt/ranges.h>
+
+#include <array>
+#include <cstring>
+#include <iostream>
+#include <set>
+
+#include "core/check.h"
+
+namespace rn50 {
+
+namespace {
+
+
+std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        ++e;
+        man <<= 1;
+      } while ((man & 0x400u) == 0);
+      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (man & 0x3ffu) << 13;
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | man << 13;
+  } else {
+    bits = sign | (exp + 127 - 15) << 23 | man << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+bool is_num_batches_tracked(const std::string& name) {
+  static const std::string suffix = "num_batches_tracked";
+  return name.size() >= suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+Tensor to_f32(const Tensor& t, const std::string& what) {
+  RN50_CHECK(t.is_cpu(), "{}: expected a host tensor", what);
+  if (t.dtype() == DType::f32) return t;
+  Tensor out = Tensor::empty(t.shape(), DType::f32, t.layout());
+  float* o = out.data_as<float>();
+  const int64_t n = t.numel();
+  switch (t.dtype()) {
+    case DType::f64:
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<float>(t.data_as<double>()[i]);
+      break;
+    case DType::f16:
+      for (int64_t i = 0; i < n; ++i) o[i] = half_to_float(t.data_as<uint16_t>()[i]);
+      break;
+    case DType::bf16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t bits = static_cast<uint32_t>(t.data_as<uint16_t>()[i]) << 16;
+        std::memcpy(&o[i], &bits, 4);
+      }
+      break;
+    default:
+      RN50_FAIL("{}: dtype {} cannot be converted to F32", what, dtype_name(t.dtype()));
+  }
+  return out;
+}
+
+Tensor to_host(Backend& backend, const Tensor& t) {
+  Tensor h = Tensor::empty(t.shape(), t.dtype(), t.layout());
+  backend.copy(t, h);
+  backend.synchronize();
+  return h;
+}
+
+void load_pretrained_params(const std::string& path, ResNet& model) {
+  load_pretrained_params(load_safetensors(path), path, model);
+}
+
+void load_pretrained_params(const SafeTensorsFile& f, const std::string& path, ResNet& model) {
+  std::map<std::string, Tensor> sd;
+  std::set<std::string> expected;
+  auto check = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    expected.insert(name);
+    auto it = f.tensors.find(name);
+    RN50_CHECK(it != f.tensors.end(),
+               "--from-pretrained-params '{}': missing key '{}' (is it a torchvision {} "
+               "state_dict?)",
+               path, name, model.arch().name);
+    if (it->second.shape() != shape) {
+      std::string hint;
+      if (name.rfind("fc.", 0) == 0 && !it->second.shape().empty())
+        hint = fmt::format(" — the file has {} classes: pass --num-of-class {}",
+                           it->second.shape()[0], it->second.shape()[0]);
+      RN50_FAIL("--from-pretrained-params '{}': key '{}' has shape {} but the {} model expects "
+                "{}{}",
+                path, name, shape_str(it->second.shape()), model.arch().name, shape_str(shape),
+                hint);
+    }
+    sd[name] = to_f32(it->second, path + ": " + name);
+  };
+  for (const ParamInfo& p : model.params()) check(p.name, p.shape);
+  for (const BufferInfo& b : model.buffers())
+    if (!is_num_batches_tracked(b.name)) check(b.name, b.shape);
+  std::vector<std::string> extra;
+  for (const auto& [name, t] : f.tensors)
+    if (!expected.count(name) && !is_num_batches_tracked(name)) extra.push_back(name);
+  if (!extra.empty())
+    std::cerr << fmt::format("warning: --from-pretrained-params '{}': ignoring {} unexpected "
+                             "key(s): {}\n",
+                             path, extra.size(), fmt::join(extra, ", "));
+  model.load_state_dict(sd, /*strict=*/true);
+}
+
+std::string infer_arch(const std::map<std::string, Tensor>& sd, const std::string& what) {
+  const bool bottleneck = sd.count("layer1.0.conv3.weight") > 0;
+  std::array<int, 4> layers{};
+  for (int s = 0; s < 4; ++s)
+    while (sd.count(fmt::format("layer{}.{}.conv1.weight", s + 1, layers[s]))) ++layers[s];
+  for (const char* name : {"resnet18", "resnet34", "resnet50", "resnet101", "resnet152"}) {
+    ArchSpec a = arch_from_name(name);
+    if (a.bottleneck == bottleneck && a.layers == layers) return name;
+  }
+  RN50_FAIL("{}: cannot infer the architecture from its keys ({} blocks per stage {}, {}); pass "
+            "--arch",
+            what, bottleneck ? "bottleneck" : "basic", shape_str({layers[0], layers[1],
+                                                                  layers[2], layers[3]}),
+            sd.empty() ? "no tensors" : "no known ResNet matches");
+}
+
+}  // namespace rn50
