@@ -12,7 +12,7 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config
       libdnnl-dev ocl-icd-opencl-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
-      nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev
+      nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
       libopenmpi-dev openmpi-bin
       python3-torch python3-torchvision python3-numpy python3-pil)
 missing=()

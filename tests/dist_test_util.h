@@ -13,6 +13,7 @@
 #include <string>
 
 #include "rn50/dist.h"
+#include "require.h"
 
 #ifndef RN50_MPIEXEC
 #define RN50_MPIEXEC ""
@@ -65,5 +66,5 @@ inline std::string mpirun_prefix(int np) {
 #define SKIP_WITHOUT_MPI()                                    \
   do {                                                        \
     const std::string why = rn50::test::mpi_skip_reason();    \
-    if (!why.empty()) GTEST_SKIP() << why;                    \
+    RN50_REQUIRE_OR_SKIP("mpi", why.empty(), why);            \
   } while (0)

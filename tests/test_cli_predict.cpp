@@ -16,6 +16,7 @@
 #include "test_train_util.h"
 #include "model/input_stage.h"
 #include "train/metrics.h"
+#include "require.h"
 
 using namespace rn50_test;
 using nlohmann::json;
@@ -54,7 +55,7 @@ std::vector<json> parse_lines(const std::string& s) {
 
 TEST(CliPredict, JsonMatchesRefBackendOnOwnWeights) {
   auto images = val_images(2);
-  if (images.size() < 2) GTEST_SKIP() << "imagenette not found";
+  RN50_REQUIRE_OR_SKIP("data", images.size() >= 2, "imagenette not found");
   TempDir tmp("predict_own");
   const std::string w = (tmp.path / "tiny.safetensors").string();
   const int K = 10, rs = 64, crop = 56;
@@ -138,8 +139,8 @@ TEST(CliPredict, JsonMatchesRefBackendOnOwnWeights) {
 // The acceptance check against torchvision (random but seeded weights with perturbed BN).
 TEST(CliPredict, MatchesTorchvision) {
   auto images = val_images(4);
-  if (images.size() < 4) GTEST_SKIP() << "imagenette not found";
-  if (!python_has("torch, torchvision, PIL")) GTEST_SKIP() << "no torchvision in /usr/bin/python3";
+  RN50_REQUIRE_OR_SKIP("data", images.size() >= 4, "imagenette not found");
+  RN50_REQUIRE_OR_SKIP("torch", python_has("torch, torchvision, PIL"), "no torchvision in /usr/bin/python3");
   TempDir tmp("predict_tv");
   const std::string w = (tmp.path / "tv_resnet18.safetensors").string();
   std::string cmd = "/usr/bin/python3 " +

@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "data/decode.h"
+#include "require.h"
 
 namespace fs = std::filesystem;
 using namespace rn50;
@@ -50,7 +51,7 @@ class DecodeTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
   void SetUp() override {
-    if (!have_pil()) GTEST_SKIP() << "needs /usr/bin/python3 with PIL and numpy";
+    RN50_REQUIRE_OR_SKIP("torch", have_pil(), "needs /usr/bin/python3 with PIL and numpy");
     ASSERT_TRUE(ok_) << "data_helpers.py fixtures failed";
   }
   static std::string path(const std::string& name) { return dir_ + "/" + name; }

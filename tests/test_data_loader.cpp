@@ -23,6 +23,7 @@
 #include "data/transforms.h"
 #include "data_test_util.h"
 #include "rn50/data.h"
+#include "require.h"
 
 namespace fs = std::filesystem;
 using namespace rn50;
@@ -353,7 +354,7 @@ TEST(Synthetic, ServesFixedRandomBatches) {
 const std::string kImagenette = std::string(RN50_SOURCE_DIR) + "/../shared/data/imagenette";
 
 TEST(Imagenette, ScanAndLoad) {
-  if (!fs::exists(kImagenette + "/train")) GTEST_SKIP() << "no " << kImagenette;
+  RN50_REQUIRE_OR_SKIP("data", fs::exists(kImagenette + "/train"), "no " << kImagenette);
   const ImageFolderIndex idx = ImageFolderIndex::scan(kImagenette + "/train");
   EXPECT_EQ(idx.classes.size(), 10u);
   EXPECT_EQ(idx.samples.size(), 9469u);
@@ -379,11 +380,11 @@ TEST(Imagenette, ScanAndLoad) {
 }
 
 TEST(Imagenette, EvalPipelineMatchesTorchvision) {
-  if (!fs::exists(kImagenette + "/val")) GTEST_SKIP() << "no " << kImagenette;
-  if (std::system((std::string(kPython) + " -c 'import torchvision' >/dev/null 2>&1").c_str()) !=
-      0) {
-    GTEST_SKIP() << "needs /usr/bin/python3 with torchvision";
-  }
+  RN50_REQUIRE_OR_SKIP("data", fs::exists(kImagenette + "/val"), "no " << kImagenette);
+  RN50_REQUIRE_OR_SKIP(
+      "torch",
+      std::system((std::string(kPython) + " -c 'import torchvision' >/dev/null 2>&1").c_str()) == 0,
+      "needs /usr/bin/python3 with torchvision");
   // Real files through the whole chain: decode + Resize(256) + CenterCrop(224) vs torchvision's
   // pil_loader + transforms. Exact equality expected.
   const ImageFolderIndex idx = ImageFolderIndex::scan(kImagenette + "/val");
@@ -409,36 +410,6 @@ TEST(Imagenette, EvalPipelineMatchesTorchvision) {
                                    std::istreambuf_iterator<char>()};
     EXPECT_EQ(ours, ref) << path;
   }
-}
-
-TEST(Imagenette, SingleThreadDecodeAugmentThroughput) {
-  if (!fs::exists(kImagenette + "/train")) GTEST_SKIP() << "no " << kImagenette;
-  const ImageFolderIndex idx = ImageFolderIndex::scan(kImagenette + "/train");
-  std::vector<uint8_t> bytes, out(224 * 224 * 3);
-  Image img;
-  const int n = 400;
-  auto cpu_seconds = [] {  // this thread's CPU time: meaningful on a loaded machine too
-    timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-  };
-  const auto t0 = std::chrono::steady_clock::now();
-  const double c0 = cpu_seconds();
-  for (int i = 0; i < n; ++i) {
-    const auto& path = idx.samples[size_t(i) * idx.samples.size() / n].first;
-    data::read_file(path, bytes);
-    data::decode_image(bytes.data(), bytes.size(), path, img);
-    data::SampleRng rng(0, 0, uint64_t(i));
-    data::train_transform(img, 224, rng, out.data());
-  }
-  const double cpu = cpu_seconds() - c0;
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf(
-      "read + decode + RandomResizedCrop(224) + flip, 1 thread: %.0f images/s wall, "
-      "%.0f images/s of thread CPU time (%d images)\n",
-      n / s, n / cpu, n);
-  RecordProperty("images_per_second_wall", int(n / s));
-  RecordProperty("images_per_cpu_second", int(n / cpu));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "data/resize.h"
 #include "data/rng.h"
 #include "data/transforms.h"
+#include "require.h"
 
 namespace fs = std::filesystem;
 using namespace rn50;
@@ -91,7 +92,7 @@ struct ResizeCase {
 };
 
 TEST(Resize, BitExactWithPil) {
-  if (!have_module("PIL, numpy")) GTEST_SKIP() << "needs /usr/bin/python3 with PIL and numpy";
+  RN50_REQUIRE_OR_SKIP("torch", have_module("PIL, numpy"), "needs /usr/bin/python3 with PIL and numpy");
   const std::vector<ResizeCase> cases = {
       {97, 61, 40, 23, false, {}, false},      // downscale, non-integer factors
       {13, 9, 50, 31, false, {}, false},       // upscale
@@ -246,9 +247,8 @@ TEST(Geometry, RandomResizedCropFallsBackToAClampedCenterCrop) {
 }
 
 TEST(Transforms, MatchTorchvisionPixelForPixel) {
-  if (!have_module("PIL, numpy, torchvision")) {
-    GTEST_SKIP() << "needs /usr/bin/python3 with PIL, numpy and torchvision";
-  }
+  RN50_REQUIRE_OR_SKIP("torch", have_module("PIL, numpy, torchvision"),
+                       "needs /usr/bin/python3 with PIL, numpy and torchvision");
   TempDir dir("transforms");
   std::ofstream spec(dir.path + "/spec.txt");
   struct Expect {

@@ -17,6 +17,7 @@
 
 #include "dist_test_util.h"
 #include "rn50/dist.h"
+#include "require.h"
 
 namespace {
 
@@ -112,8 +113,8 @@ std::string nccl_skip_reason() {
 TEST(DistNccl, OneGpuWorldSizeOne) {
   // The NCCL path at world size 1 (the GPU check): device tensors, the comm stream and
   // its events, the bucketer's device buffers. Never run on the machine it was written on.
-  std::string why = nccl_skip_reason();
-  if (!why.empty()) GTEST_SKIP() << why;
+  const std::string why = nccl_skip_reason();
+  RN50_REQUIRE_OR_SKIP("gpu", why.empty(), why);
   for (const char* scenario : {"collectives", "bucketer"}) {
     RunResult r = run(std::string(RN50_DIST_WORKER) + " " + scenario + " nccl cuda");
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -127,7 +128,7 @@ TEST(DistNccl, TwoGpus) {
   std::string why = nccl_skip_reason();
   if (why.empty() && rn50::cuda_device_count() < 2) why = "fewer than 2 GPUs";
   if (why.empty()) why = rn50::test::mpi_skip_reason();
-  if (!why.empty()) GTEST_SKIP() << why;
+  if (!why.empty()) GTEST_SKIP() << why;  // two GPUs are never required
   for (const char* scenario : {"collectives", "bucketer"}) {
     RunResult r = run(mpirun(2, std::string(scenario) + " nccl cuda"));
     ASSERT_EQ(r.exit_code, 0) << r.output;

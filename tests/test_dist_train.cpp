@@ -25,6 +25,7 @@
 #include "dist_test_util.h"
 #include "rn50/backend.h"
 #include "rn50/dist.h"
+#include "require.h"
 
 namespace {
 
@@ -49,8 +50,10 @@ fs::path imagenette() {
 
 #define SKIP_WITHOUT_IMAGENETTE()                                                      \
   do {                                                                                 \
-    if (!fs::is_directory(imagenette() / "train") || !fs::is_directory(imagenette() / "val")) \
-      GTEST_SKIP() << "no imagenette at " << imagenette() << " (../shared beside the repo)"; \
+    RN50_REQUIRE_OR_SKIP("data",                                                       \
+                         fs::is_directory(imagenette() / "train") &&                   \
+                             fs::is_directory(imagenette() / "val"),                   \
+                         "no imagenette at " << imagenette() << " (../shared beside the repo)"); \
   } while (0)
 
 /// Copies the first files (sorted) of each imagenette class into root/split until `total`.
@@ -153,8 +156,8 @@ TEST(DistTrain, AFailingRankStopsTheJob) {
 
 TEST(DistTrain, NcclAtWorldSizeOneMatchesNoCommunicator) {
   SKIP_WITHOUT_MPI();
-  if (rn50::cuda_device_count() == 0)
-    GTEST_SKIP() << "no usable GPU: " << rn50::cuda_unavailable_reason();
+  RN50_REQUIRE_OR_SKIP("gpu", rn50::cuda_device_count() > 0,
+                       "no usable GPU: " << rn50::cuda_unavailable_reason());
   const fs::path root = temp_dir("nccl1");
   std::vector<json> lines;
   for (const char* kind : {"single", "nccl"}) {

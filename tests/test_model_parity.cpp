@@ -51,6 +51,7 @@
 #include "core/safetensors.h"
 #include "rn50/backend.h"
 #include "rn50/model.h"
+#include "require.h"
 
 namespace rn50 {
 namespace {
@@ -232,9 +233,9 @@ std::vector<Param> all_params() {
 class ModelParity : public ::testing::TestWithParam<Param> {};
 
 TEST_P(ModelParity, MatchesTorchvision) {
-  if (!torch_available())
-    GTEST_SKIP() << kPython << " cannot import torch and torchvision; the torchvision parity "
-                 << "test needs them (Debian python3-torch, python3-torchvision)";
+  RN50_REQUIRE_OR_SKIP("torch", torch_available(),
+                       kPython << " cannot import torch and torchvision; the torchvision parity "
+                               << "test needs them (Debian python3-torch, python3-torchvision)");
   const Param& P = GetParam();
   const ParityCase& C = kCases[P.case_index];
   const Tolerances& T = C.tol;

@@ -1,8 +1,8 @@
 // oneDNN backend: primitive-cache behaviour (a repeated same-shape call is a cache hit and
 // creates nothing) and a few ops against straightforward double-precision loops written here,
 // in NCHW and NHWC. The exhaustive comparison against the "ref" backend is test_ops_backends.
-// DISABLED_ConvTiming prints first-call vs steady-state times of a ResNet-50 3x3 conv
-// (run with --gtest_also_run_disabled_tests --gtest_filter='*ConvTiming*').
+// The first-call vs steady-state timing of a ResNet-50 3x3 conv is a benchmark:
+// bench/bench_micro.cpp (build/rn50_bench_micro --benchmark_filter=Conv).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -470,43 +470,6 @@ TEST(OnednnMisc, LinearLossSgdEltwiseCopyNormalize) {
             ro[((n * 3 + ch) * 4 + hh) * 5 + ww] =
                 (img.data_as<uint8_t>()[img.offset4(n, ch, hh, ww)] / 255.0 - mean[ch]) / stdv[ch];
     expect_close("normalize_u8", out, ro, 1e-6, 1e-6);
-  }
-}
-
-// ------------------------------------------------------------------ timing (not a test)
-
-TEST(OnednnTiming, DISABLED_ConvTiming) {
-  std::unique_ptr<Backend> hb;
-  OnednnBackend& be = dnnl_backend(hb);
-  std::mt19937 rng(1);
-  const int64_t N = 32, C = 64, H = 56;
-  Tensor x = rnd({N, C, H, H}, rng, Layout::NHWC), w = rnd({C, C, 3, 3}, rng, {}, -0.05f, 0.05f);
-  Tensor dy = rnd({N, C, H, H}, rng, Layout::NHWC);
-  Tensor y = Tensor::empty(x.shape(), DType::f32, Layout::NHWC);
-  Tensor dx = Tensor::empty(x.shape(), DType::f32, Layout::NHWC);
-  Tensor dw = Tensor::empty(w.shape(), DType::f32);
-  const Conv2dParams p{1, 1};
-  using clk = std::chrono::steady_clock;
-  auto ms = [](clk::time_point a, clk::time_point b) {
-    return std::chrono::duration<double, std::milli>(b - a).count();
-  };
-  for (int it = 0; it < 8; ++it) {
-    // Iteration 6 re-creates every primitive (cache cleared) with warm memory: the cost of
-    // primitive creation alone, which the cache saves on every later call.
-    if (it == 6) be.clear_cache();
-    auto t0 = clk::now();
-    be.conv2d_fwd(p, x, w, y);
-    auto t1 = clk::now();
-    be.conv2d_bwd_data(p, dy, w, dx);
-    auto t2 = clk::now();
-    be.conv2d_bwd_weights(p, x, dy, dw);
-    be.synchronize();
-    auto t3 = clk::now();
-    const auto st = be.cache_stats();
-    std::printf("conv3x3 64->64 56x56 N=32 NHWC iter %d: fwd %.1f ms, bwd_data %.1f ms, "
-                "bwd_weights %.1f ms, total %.1f ms (cache entries %zu, hits %zu, misses %zu)\n",
-                it, ms(t0, t1), ms(t1, t2), ms(t2, t3), ms(t0, t3), st.entries, st.hits,
-                st.misses);
   }
 }
 

@@ -29,6 +29,7 @@
 #include "rn50/model.h"
 #include "model/input_stage.h"
 #include "train/train_step.h"
+#include "require.h"
 
 namespace rn50 {
 namespace {
@@ -247,7 +248,7 @@ TEST(TrainAmp, HalfPrecisionCloseToF32) {
 }
 
 TEST(TrainAmp, CudaHalfPrecisionCloseToF32) {
-  if (!have_cuda()) GTEST_SKIP() << "no usable GPU: " << cuda_unavailable_reason();
+  RN50_REQUIRE_OR_SKIP("gpu", have_cuda(), "no usable GPU: " << cuda_unavailable_reason());
   check_half_close_to_f32([] { return make_backend("cuda"); });
 }
 
@@ -309,7 +310,7 @@ TEST(TrainAmp, LossScaleOverflowSkipsTheStep) {
 }
 
 TEST(TrainAmp, CudaLossScaleOverflowSkipsTheStep) {
-  if (!have_cuda()) GTEST_SKIP() << "no usable GPU: " << cuda_unavailable_reason();
+  RN50_REQUIRE_OR_SKIP("gpu", have_cuda(), "no usable GPU: " << cuda_unavailable_reason());
   auto be = make_backend("cuda");
   check_overflow_skip(*be);
 }
@@ -363,7 +364,7 @@ namespace {
 // the same steps run op by op (one backend, so both use the same cached cuDNN algorithms;
 // tolerance for cuDNN's non-deterministic weight-gradient algorithms).
 TEST(TrainAmp, CudaGraphReplayEqualsEagerSteps) {
-  if (!have_cuda()) GTEST_SKIP() << "no usable GPU: " << cuda_unavailable_reason();
+  RN50_REQUIRE_OR_SKIP("gpu", have_cuda(), "no usable GPU: " << cuda_unavailable_reason());
   auto be = make_backend("cuda");
   std::vector<std::vector<double>> params;
   for (bool graphs : {false, true}) {

@@ -8,6 +8,7 @@
 #include "core/safetensors.h"
 #include "rn50/train.h"
 #include "test_train_util.h"
+#include "require.h"
 
 using namespace rn50;
 using namespace rn50_test;
@@ -63,7 +64,7 @@ double mean_loss(const std::vector<nlohmann::json>& steps, size_t begin, size_t 
 
 TEST(TrainLoop, LossFallsOnTinyImageFolder) {
   TempDir tmp("loop");
-  if (!make_two_class_subset(tmp.path / "data")) GTEST_SKIP() << "imagenette not found";
+  RN50_REQUIRE_OR_SKIP("data", make_two_class_subset(tmp.path / "data"), "imagenette not found");
   TrainConfig c = tiny_config(tmp.path / "data", tmp.path);
   c.epochs = 10;
   c.run_scope = RunScope::train_only;
@@ -104,7 +105,7 @@ TEST(TrainLoop, LossFallsOnTinyImageFolder) {
 
 TEST(TrainLoop, ResumeReproducesUninterruptedRun) {
   TempDir tmp("resume");
-  if (!make_two_class_subset(tmp.path / "data")) GTEST_SKIP() << "imagenette not found";
+  RN50_REQUIRE_OR_SKIP("data", make_two_class_subset(tmp.path / "data"), "imagenette not found");
   // A: 2 epochs straight, evaluating and checkpointing after each.
   const fs::path wa = tmp.path / "a", wb = tmp.path / "b";
   TrainConfig a = tiny_config(tmp.path / "data", wa);

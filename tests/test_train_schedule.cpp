@@ -7,6 +7,7 @@
 
 #include "test_train_util.h"
 #include "train/lr_schedule.h"
+#include "require.h"
 
 using rn50::LrSchedule;
 
@@ -58,8 +59,9 @@ TEST(TrainSchedule, FractionalWarmupAndDegenerateSpan) {
 // Step-exact agreement with shared/peers/torch_reference.py's lr_at, evaluated by Python.
 TEST(TrainSchedule, MatchesTorchReferenceExactly) {
   const std::string peer = std::string(RN50_SOURCE_DIR) + "/../shared/peers";
-  if (!rn50_test::fs::exists(peer + "/torch_reference.py") || !rn50_test::python_has("torch"))
-    GTEST_SKIP() << "torch_reference.py or /usr/bin/python3 with torch not available";
+  RN50_REQUIRE_OR_SKIP("data", rn50_test::fs::exists(peer + "/torch_reference.py"),
+                       "no " << peer << "/torch_reference.py (../shared beside the repo)");
+  RN50_REQUIRE_OR_SKIP("torch", rn50_test::python_has("torch"), "/usr/bin/python3 has no torch");
   struct Case {
     double lr, warmup;
     int bs, epochs;

@@ -1,0 +1,119 @@
+// Micro-benchmarks (Google Benchmark) of pieces the whole-program benchmarks (bench/*.sh, which
+// run the PyTorch peer in the same run) cannot isolate. Not tests: nothing here asserts.
+//
+//   BM_SampleOneThread/exact:0|1   read + decode + RandomResizedCrop(224) + flip of one training
+//                                  sample on one thread (fast DCT-scaled region decode, or the
+//                                  PIL-exact path). Images from ../shared/data/imagenette/train
+//                                  (or $RN50_BENCH_IMAGES/train). items_per_second = images/s of
+//                                  this thread; the CPU column is this thread's CPU time.
+//   BM_OnednnConv3x3/<pass>        the oneDNN backend's ResNet-50 3x3 conv (64->64, 56x56, N=32,
+//                                  NHWC, f32): pass 0 forward, 1 backward-data, 2 backward-weights,
+//                                  with the primitive cache warm (steady state).
+//   BM_OnednnConv3x3Cold/<pass>    the same with the primitive cache cleared before every call:
+//                                  the difference is what primitive creation costs.
+// Run: build/rn50_bench_micro [--benchmark_filter=Conv] [--benchmark_repetitions=5]
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/onednn_backend.h"
+#include "data/decode.h"
+#include "data/rng.h"
+#include "data/sample.h"
+#include "rn50/backend.h"
+#include "rn50/data.h"
+
+namespace {
+
+using namespace rn50;
+
+std::string image_root() {
+  const char* env = std::getenv("RN50_BENCH_IMAGES");
+  return env ? std::string(env) : std::string(RN50_SOURCE_DIR) + "/../shared/data/imagenette";
+}
+
+void BM_SampleOneThread(benchmark::State& state) {
+  const std::string dir = image_root() + "/train";
+  if (!std::filesystem::is_directory(dir)) {
+    state.SkipWithError(("no images at " + dir + " (set RN50_BENCH_IMAGES)").c_str());
+    return;
+  }
+  const ImageFolderIndex idx = ImageFolderIndex::scan(dir);
+  // A fixed spread of files, read once: the benchmark times decode + augmentation, not disk.
+  std::vector<std::vector<uint8_t>> files(256);
+  std::vector<std::string> paths(files.size());
+  for (size_t i = 0; i < files.size(); ++i) {
+    paths[i] = idx.samples[i * idx.samples.size() / files.size()].first;
+    data::read_file(paths[i], files[i]);
+  }
+  data::SampleSpec spec;
+  spec.train = true;
+  spec.crop = 224;
+  spec.exact = state.range(0) != 0;
+  data::SampleScratch scratch;
+  std::vector<uint8_t> out(224 * 224 * 3);
+  uint64_t i = 0;
+  for (auto _ : state) {
+    const size_t k = i % files.size();
+    data::SampleRng rng(0, 0, i++);
+    data::process_sample(files[k].data(), files[k].size(), paths[k], spec, &rng, out.data(),
+                         scratch);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+}
+BENCHMARK(BM_SampleOneThread)->ArgName("exact")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+Tensor random_tensor(std::vector<int64_t> shape, std::mt19937& rng, Layout l, float lo = -1.f,
+                     float hi = 1.f) {
+  Tensor t = Tensor::empty(std::move(shape), DType::f32, l);
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = u(rng);
+  return t;
+}
+
+void conv3x3(benchmark::State& state, bool cold) {
+  std::unique_ptr<Backend> holder = make_backend("onednn");
+  auto& be = dynamic_cast<onednn::OnednnBackend&>(*holder);
+  std::mt19937 rng(1);
+  const int64_t N = 32, C = 64, H = 56;
+  Tensor x = random_tensor({N, C, H, H}, rng, Layout::NHWC);
+  Tensor w = random_tensor({C, C, 3, 3}, rng, Layout::NCHW, -0.05f, 0.05f);
+  Tensor dy = random_tensor({N, C, H, H}, rng, Layout::NHWC);
+  Tensor y = Tensor::empty(x.shape(), DType::f32, Layout::NHWC);
+  Tensor dx = Tensor::empty(x.shape(), DType::f32, Layout::NHWC);
+  Tensor dw = Tensor::empty(w.shape(), DType::f32);
+  const Conv2dParams p{1, 1};
+  const int64_t pass = state.range(0);
+  auto run = [&] {
+    if (pass == 0) be.conv2d_fwd(p, x, w, y);
+    if (pass == 1) be.conv2d_bwd_data(p, dy, w, dx);
+    if (pass == 2) be.conv2d_bwd_weights(p, x, dy, dw);
+    be.synchronize();
+  };
+  run();  // creates the primitive (and, for the warm case, caches it)
+  for (auto _ : state) {
+    if (cold) {
+      state.PauseTiming();
+      be.clear_cache();
+      state.ResumeTiming();
+    }
+    run();
+  }
+  // 2 * N * K * C * R * S * OH * OW multiply-adds per pass.
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * N * C * C * 9 * H * H, benchmark::Counter::kIsIterationInvariantRate,
+      benchmark::Counter::kIs1000);
+}
+void BM_OnednnConv3x3(benchmark::State& state) { conv3x3(state, false); }
+void BM_OnednnConv3x3Cold(benchmark::State& state) { conv3x3(state, true); }
+BENCHMARK(BM_OnednnConv3x3)->ArgName("pass")->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_OnednnConv3x3Cold)->ArgName("pass")->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

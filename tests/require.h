@@ -1,0 +1,40 @@
+// Skips that CI may turn into failures. A test that needs something outside the repository
+// (../shared's imagenette and peer script, Debian's python3-torch/torchvision/PIL/numpy, mpirun,
+// a GPU) calls RN50_REQUIRE_OR_SKIP(kind, have, why): without it the test is skipped with `why`;
+// but when the environment variable RN50_REQUIRE lists `kind` (comma-separated, e.g.
+// RN50_REQUIRE=data,torch,mpi as .ci/run sets it), the test FAILS instead, so that a green CI
+// run always means the parity, data and multi-process tests really ran.
+// Kinds: data (../shared/data/imagenette, ../shared/peers), torch (/usr/bin/python3 with torch,
+// torchvision, PIL and numpy), mpi (mpirun found at configure time), gpu (a usable CUDA device).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+namespace rn50::test {
+
+/// Whether RN50_REQUIRE (comma-separated kinds) names `kind`.
+inline bool required(const std::string& kind) {
+  const char* env = std::getenv("RN50_REQUIRE");
+  if (!env) return false;
+  std::stringstream ss(env);
+  for (std::string k; std::getline(ss, k, ',');)
+    if (k == kind || k == "all") return true;
+  return false;
+}
+
+}  // namespace rn50::test
+
+/// Skips the current test with `why` unless `have`; fails it instead when RN50_REQUIRE names
+/// `kind`. `why` may be a << chain: RN50_REQUIRE_OR_SKIP("data", ok, "no " << path).
+#define RN50_REQUIRE_OR_SKIP(kind, have, why)                                              \
+  do {                                                                                     \
+    if (!(have)) {                                                                         \
+      if (::rn50::test::required(kind))                                                    \
+        FAIL() << why << " (RN50_REQUIRE names '" << (kind) << "', so this is a failure)"; \
+      GTEST_SKIP() << why;                                                                 \
+    }                                                                                      \
+  } while (0)
