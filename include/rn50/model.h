@@ -1,5 +1,6 @@
-// rn50: the ResNet family (torchvision layout, v1.5 stride placement) with an explicit
-// forward/backward schedule over a Backend, and parameters in contiguous slabs.
+// rn50: the ResNet family as a trainable model on a Backend: built from its network description
+// (rn50/graph.h), with the forward/backward schedule walked from that description (no autograd),
+// and parameters, gradients and statistics in contiguous slabs.
 #pragma once
 
 #include <array>
@@ -11,41 +12,10 @@
 #include <vector>
 
 #include "rn50/backend.h"
+#include "rn50/graph.h"
 #include "rn50/tensor.h"
 
 namespace rn50 {
-
-/// Architecture as data (torchvision resnet.py / DLE resnet.py): block type, blocks per stage.
-/// Stage widths are 64,128,256,512; bottleneck expansion 4, basic 1. v1.5: the stride-2 of a
-/// downsampling bottleneck sits on its 3x3 conv (conv2), as torchvision.
-struct ArchSpec {
-  std::string name;          ///< "resnet18", "resnet34", "resnet50", "resnet101", "resnet152"
-  bool bottleneck = true;    ///< false: BasicBlock (two 3x3 convs)
-  std::array<int, 4> layers{3, 4, 6, 3};
-  int expansion() const { return bottleneck ? 4 : 1; }
-};
-/// Looks up an architecture by name; throws rn50::Error listing the known names.
-ArchSpec arch_from_name(const std::string& name);
-
-/// What a parameter is: decides weight decay (conv and fc weights only, DLE) and init.
-enum class ParamKind : uint8_t { conv_weight, bn_weight, bn_bias, fc_weight, fc_bias };
-bool is_decayed(ParamKind k);
-
-/// One named tensor in a slab: name is torchvision's state_dict key.
-struct ParamInfo {
-  std::string name;
-  std::vector<int64_t> shape;
-  ParamKind kind;
-  int64_t offset = 0;  ///< elements from the start of the slab
-  int64_t numel() const;
-};
-
-/// One running-statistics buffer (running_mean / running_var f32, num_batches_tracked i64).
-struct BufferInfo {
-  std::string name;
-  std::vector<int64_t> shape;
-  DType dtype;
-};
 
 struct ModelOptions {
   int num_classes = 1000;
@@ -60,7 +30,9 @@ struct ModelOptions {
   double bn_momentum = 0.1;
 };
 
-/// ResNet with its own parameter/gradient slabs and activation buffers on `backend`.
+/// ResNet with its own parameter/gradient slabs and activation buffers on `backend`. Throws
+/// rn50::Error (from the constructor) when the backend cannot compute in options().compute_dtype
+/// and layout, or num_classes < 1.
 /// Slab order: every decayed parameter (conv/fc weights) first, then BN gamma/beta and fc bias,
 /// so SGD applies weight decay to the prefix [0, decay_count()).
 ///
@@ -77,6 +49,8 @@ class ResNet {
   ~ResNet();
 
   const ArchSpec& arch() const;
+  /// The network description the model was built from (layers, parameters, slab layout).
+  const NetworkDesc& desc() const;
   const ModelOptions& options() const;
   /// torchvision initialisation: conv kaiming_normal_(fan_out, relu); BN gamma 1 beta 0 (or
   /// gamma 0 for last BN of each block with zero_init_residual); fc as nn.Linear default
@@ -109,12 +83,24 @@ class ResNet {
   /// by init() and load_state_dict(); call it after every optimiser step.
   void refresh_compute_params();
   /// Parameter indices (into params()) in the order backward() finishes their f32 gradients in
-  /// grad_slab(): fc.weight, fc.bias, then each conv/BN unit from the last to the stem (BN
-  /// weight, BN bias, conv weight; a block's branch before its downsample).
+  /// grad_slab(): the description's layers in reverse (fc.weight, fc.bias, then each conv+BN
+  /// from the last to the stem: BN weight, BN bias, conv weight; a block's downsample before
+  /// its branch, as it comes after the branch in torchvision's forward).
   const std::vector<int>& grad_ready_order() const;
   /// Called by backward() with each parameter index as soon as its f32 gradient is final, in
   /// grad_ready_order() (data-parallel training starts allreduces from it). Empty: no calls.
   void set_grad_ready_hook(std::function<void(int)> hook);
+  /// The training schedule's memory plan (src/model/schedule.cpp): how many gradient slots
+  /// backward keeps alive at once and how many scratch slots transient forward outputs share
+  /// (both fixed by the network), and the arena sizes for the last input shape forward() ran
+  /// with (0 before the first forward), in bytes.
+  struct MemoryPlan {
+    int grad_slots = 0;
+    int scratch_slots = 0;
+    int64_t activation_bytes = 0;  ///< forward activations kept for backward, incl. scratch
+    int64_t gradient_bytes = 0;    ///< the gradient slots (+ the compute-dtype dlogits)
+  };
+  MemoryPlan memory_plan() const;
   /// Changes whenever forward() re-plans its activation buffers (a new input shape), i.e. when
   /// work recorded against the old buffers (a CUDA graph) must not be replayed any more.
   int64_t plan_generation() const;

@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "core/check.h"
-#include "rn50/model.h"
+#include "rn50/graph.h"
 
 namespace rn50 {
 
@@ -18,6 +18,10 @@ ArchSpec arch_from_name(const std::string& name) {
   RN50_FAIL("unknown architecture '{}' (known: resnet18, resnet34, resnet50, resnet101, "
             "resnet152)",
             name);
+}
+
+std::vector<std::string> arch_names() {
+  return {"resnet18", "resnet34", "resnet50", "resnet101", "resnet152"};
 }
 
 bool is_decayed(ParamKind k) { return k == ParamKind::conv_weight || k == ParamKind::fc_weight; }

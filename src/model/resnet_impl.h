@@ -1,8 +1,10 @@
 // rn50: internal state of rn50::ResNet (the pimpl), shared by the files of src/model:
-//   resnet.cpp          construction (module list, slab offsets), accessors
+//   resnet.cpp          construction from the network description (slabs, statistics, steps),
+//                       accessors
+//   schedule.cpp        the training schedule walked from the description: fused steps, memory
+//                       plan, forward, backward
 //   resnet_init.cpp     torchvision initialisation
 //   resnet_state.cpp    state_dict / load_state_dict
-//   resnet_schedule.cpp activation planning, forward and backward schedule
 #pragma once
 
 #include <cstdint>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "rn50/backend.h"
+#include "rn50/graph.h"
 #include "rn50/model.h"
 #include "rn50/tensor.h"
 
@@ -20,85 +23,77 @@ namespace rn50 {
 namespace model_detail {
 
 /// One BatchNorm2d's running buffers: running_mean / running_var are f32 (C) views into the
-/// backend-resident statistics slab; num_batches_tracked is element `nbt_index` of the host i64
+/// backend-resident statistics slab; num_batches_tracked is element `index` of the host i64
 /// counter tensor (a host counter: it is only ever incremented and read by the host).
 struct BnState {
-  std::string name;  ///< module name, e.g. "layer1.0.bn1"
+  int layer = -1;  ///< description layer
   int64_t channels = 0;
   int64_t stat_offset = 0;  ///< running_mean at stat_offset, running_var at stat_offset + C
   Tensor running_mean, running_var;
 };
 
-/// A conv (no bias) followed by a BatchNorm2d, optionally with a fused ReLU: the unit of the
-/// schedule. Keeps, after a training forward, everything its backward needs.
-struct ConvBnUnit {
-  int conv_param = -1, gamma_param = -1, beta_param = -1;  ///< indices into params
-  int bn = -1;                                             ///< index into bns
-  int64_t in_channels = 0, out_channels = 0, kernel = 1;
-  Conv2dParams conv;
+/// What a step of the training schedule computes. Steps fuse description layers:
+///   unit    conv -> batchnorm [-> relu]   (conv2d_fwd, batchnorm_fwd_train with fused ReLU)
+///   join    add -> relu                   (add_relu_fwd)
+///   maxpool, avgpool (global average), fc: one layer each.
+enum class StepKind : uint8_t { unit, join, maxpool, avgpool, fc };
+
+/// Value id of the network input (step outputs are identified by their step index).
+inline constexpr int kInputValue = -1;
+
+struct Step {
+  StepKind kind = StepKind::unit;
+  int layer = -1;       ///< the description layer whose output is this step's output
+  std::vector<int> in;  ///< input values: step indices or kInputValue
+  /// Output kept from forward to backward (an input of a unit, pool or fc, or an output whose
+  /// backward reads it: a ReLU's mask); otherwise it lives in a transient scratch slot.
+  bool saved = true;
+  int scratch = -1;  ///< scratch slot of a transient output
+  // unit: conv + BN (+ ReLU)
+  int conv_layer = -1, bn_layer = -1;
   bool relu = false;
-  // Slab views (fixed at construction).
-  Tensor w, gamma, beta, dw, dgamma, dbeta;
-  // Shape-dependent activations (views into the activation arena), (N,K,OH,OW) in the layout.
-  Tensor x;                    ///< input handle of the last forward (not owned by the unit)
-  Tensor y;                    ///< conv output
-  Tensor z;                    ///< BN (+ReLU) output
-  Tensor save_mean, save_var;  ///< (K) batch statistics of the last training forward
-};
-
-/// A residual block: branch units in order, an optional downsample unit, and the join
-/// out = relu(branch + shortcut).
-struct Block {
-  std::vector<int> units;  ///< branch units (2 for BasicBlock, 3 for Bottleneck)
-  int downsample = -1;     ///< unit index of downsample.0/.1, or -1 (identity shortcut)
-  Tensor in;               ///< input handle of the last forward
-  Tensor out;              ///< join output (N, C_out, OH, OW)
-};
-
-/// A state_dict entry in torchvision order: a parameter or a buffer (by index).
-struct SdEntry {
-  bool is_param;
-  int index;
+  Conv2dParams conv;
+  int conv_param = -1, gamma_param = -1, beta_param = -1, bn = -1;
+  Tensor w, gamma, beta, dw, dgamma, dbeta;  ///< slab views (fixed at construction)
+  // maxpool
+  Pool2dParams pool;
+  // Shape-dependent views into the arenas, set by plan().
+  Tensor out;                  ///< the step's output (N,C,H,W) in the model layout, or (N,C)
+  Tensor y;                    ///< unit: conv output
+  Tensor save_mean, save_var;  ///< unit: (C) batch statistics of the last training forward
 };
 
 }  // namespace model_detail
 
 struct ResNet::Impl {
-  Impl(Backend& b, ArchSpec a, ModelOptions o) : be(b), arch(std::move(a)), opt(o) {}
+  Impl(Backend& b, NetworkDesc d, ModelOptions o) : be(b), desc(std::move(d)), opt(o) {}
 
   Backend& be;
-  ArchSpec arch;
+  const NetworkDesc desc;  ///< the network; params/buffers/state_dict order come from it
   ModelOptions opt;
 
   // ---- parameters and buffers ----
-  std::vector<ParamInfo> params;  ///< torchvision named_parameters() order
   std::map<std::string, int> param_index;
-  std::vector<BufferInfo> buffers;  ///< torchvision named_buffers() order
   std::map<std::string, int> buffer_index;
-  std::vector<int> buffer_bn;            ///< buffer index -> bn index
-  std::vector<int> buffer_what;          ///< 0 running_mean, 1 running_var, 2 num_batches_tracked
-  std::vector<model_detail::SdEntry> sd_order;
-  int64_t num_params = 0, decay_count = 0;
+  std::vector<int> buffer_bn;    ///< buffer index -> bns index
+  std::vector<int> buffer_what;  ///< 0 running_mean, 1 running_var, 2 num_batches_tracked
   Tensor param_slab, grad_slab;  ///< f32 (num_params) on the backend
   /// Compute copies (compute dtype, num_params elements; only conv/fc entries used) when
   /// `mirror` (see ResNet's class comment); conv weights there are in `weight_layout`.
   bool mirror = false;
   Layout weight_layout = Layout::NCHW;
   Tensor param_lp, grad_lp;
-  std::vector<int> mirrored;     ///< indices of the params used through the compute copy
-  Tensor stat_slab;              ///< f32 running means/vars on the backend
-  Tensor nbt;                    ///< host i64 (number of BNs): num_batches_tracked
+  std::vector<int> mirrored;  ///< indices of the params used through the compute copy
+  Tensor stat_slab;           ///< f32 running means/vars on the backend
+  Tensor nbt;                 ///< host i64 (number of BNs): num_batches_tracked
   std::vector<model_detail::BnState> bns;
 
-  // ---- schedule ----
-  std::vector<model_detail::ConvBnUnit> units;
-  int stem = -1;  ///< conv1/bn1 unit
-  std::vector<model_detail::Block> blocks;
-  int fc_w = -1, fc_b = -1;  ///< param indices
-  Tensor fcw, fcb, dfcw, dfcb;
-  int64_t feature_channels = 0;  ///< channels into the fc
-
-  std::vector<int> ready_order;           ///< grad_ready_order()
+  // ---- schedule (schedule.cpp) ----
+  std::vector<model_detail::Step> steps;  ///< forward order
+  int fc_step = -1;
+  int num_scratch_slots = 0;  ///< transient forward outputs alive at once
+  int num_grad_slots = 0;     ///< gradient buffers alive at once in backward
+  std::vector<int> ready_order;  ///< grad_ready_order()
   std::function<void(int)> ready_hook;
   /// Backward finished param i's gradient (in the compute copy, if mirrored): converts it into
   /// the f32 slab when mirrored, then calls the hook.
@@ -109,20 +104,14 @@ struct ResNet::Impl {
   int64_t plan_generation = 0;  ///< incremented by every (re)plan
   Tensor act_arena;   ///< compute dtype, flat: every forward activation
   Tensor stat_arena;  ///< f32 flat: the BN batch statistics (save_mean / save_var)
-  Tensor grad_arena;  ///< compute dtype, flat: 3 gradient slots of max activation size + dpooled
-  Tensor logits_lp, dlogits_lp;  ///< (N, classes) in the compute dtype when it is not f32
+  Tensor grad_arena;  ///< compute dtype, flat: num_grad_slots gradient slots (+ dlogits_lp)
+  Tensor logits;      ///< f32 (N, num_classes)
+  Tensor dlogits_lp;  ///< (N, classes) in the compute dtype when it is not f32
   int64_t slot_elems = 0;
-  Tensor pool_out;    ///< maxpool output
-  Tensor pooled;      ///< (N, C) global average pool output
-  Tensor logits;      ///< (N, num_classes)
-  Tensor dpooled;     ///< (N, C)
+  Tensor x_in;        ///< the input of the last training forward (the stem's weight gradient)
   bool have_train_state = false;
 
   // construction helpers (resnet.cpp)
-  int add_param(const std::string& name, std::vector<int64_t> shape, ParamKind kind);
-  int add_bn(const std::string& name, int64_t channels);
-  int add_unit(const std::string& conv, const std::string& bn, int64_t c, int64_t k,
-               int64_t kernel, int stride, int pad, bool relu);
   Tensor param_view(int i);
   Tensor grad_view(int i);
   /// The tensor the ops use for param i: the compute copy's view (mirrored params; conv weights
@@ -130,11 +119,17 @@ struct ResNet::Impl {
   Tensor compute_param_view(int i);
   Tensor compute_grad_view(int i);
 
-  // schedule (resnet_schedule.cpp)
+  // schedule (schedule.cpp)
+  /// Fuses the description's layers into steps and plans scratch and gradient slots; fills
+  /// steps, fc_step, num_scratch_slots, num_grad_slots and ready_order.
+  void build_schedule();
+  /// (Re)allocates or re-views the activation, statistics and gradient arenas for (n,3,h,w).
   void plan(int64_t n, int64_t h, int64_t w);
-  void unit_forward(model_detail::ConvBnUnit& u, const Tensor& x, bool train);
-  void unit_backward(model_detail::ConvBnUnit& u, const Tensor& dz, Tensor& dconv, Tensor* dx);
-  Tensor slot(int i, const std::vector<int64_t>& shape);
+  const Tensor& value(int v) const;
+  /// Backward over the steps in reverse. execute=false: a dry run that only plans the gradient
+  /// slots and the gradient-ready order (used at construction); execute=true: runs it from
+  /// dlogits.
+  void walk_backward(bool execute, const Tensor* dlogits);
 };
 
 }  // namespace rn50

@@ -53,16 +53,16 @@ class Rng {
 void ResNet::init(uint64_t seed) {
   Impl& m = *impl_;
   Rng rng(seed);
-  Tensor host = Tensor::empty({m.num_params}, DType::f32);
+  Tensor host = Tensor::empty({m.desc.num_params}, DType::f32);
   float* slab = host.data_as<float>();
 
   // Last BN of each residual branch, for zero_init_residual.
-  std::vector<bool> last_bn(m.params.size(), false);
-  for (const model_detail::Block& b : m.blocks)
-    last_bn[m.units[b.units.back()].gamma_param] = true;
+  std::vector<bool> last_bn(m.desc.params.size(), false);
+  for (const Layer& l : m.desc.layers)
+    if (l.residual_last_bn) last_bn[static_cast<size_t>(l.params[0])] = true;
 
-  for (size_t i = 0; i < m.params.size(); ++i) {
-    const ParamInfo& p = m.params[i];
+  for (size_t i = 0; i < m.desc.params.size(); ++i) {
+    const ParamInfo& p = m.desc.params[i];
     float* dst = slab + p.offset;
     const int64_t n = p.numel();
     switch (p.kind) {
@@ -83,7 +83,7 @@ void ResNet::init(uint64_t seed) {
       case ParamKind::fc_weight:
       case ParamKind::fc_bias: {
         // fan_in of the Linear layer (fc.weight is (K, C)).
-        const double bound = 1.0 / std::sqrt(static_cast<double>(m.feature_channels));
+        const double bound = 1.0 / std::sqrt(static_cast<double>(m.desc.feature_channels));
         for (int64_t j = 0; j < n; ++j) dst[j] = static_cast<float>(rng.uniform(-bound, bound));
         break;
       }

@@ -29,16 +29,16 @@ std::string join(const std::vector<std::string>& v, size_t max_items = 20) {
 std::vector<std::pair<std::string, Tensor>> ResNet::state_dict() {
   Impl& m = *impl_;
   std::vector<std::pair<std::string, Tensor>> out;
-  out.reserve(m.sd_order.size());
-  for (const model_detail::SdEntry& e : m.sd_order) {
+  out.reserve(m.desc.state_dict_order.size());
+  for (const StateDictEntry& e : m.desc.state_dict_order) {
     if (e.is_param) {
-      const ParamInfo& p = m.params[e.index];
+      const ParamInfo& p = m.desc.params[e.index];
       Tensor host = Tensor::empty(p.shape, DType::f32);
       m.be.copy(m.param_view(e.index), host);
       out.emplace_back(p.name, host);
       continue;
     }
-    const BufferInfo& b = m.buffers[e.index];
+    const BufferInfo& b = m.desc.buffers[e.index];
     const model_detail::BnState& bn = m.bns[m.buffer_bn[e.index]];
     const int what = m.buffer_what[e.index];
     if (what == 2) {
@@ -62,15 +62,15 @@ void ResNet::load_state_dict(const std::map<std::string, Tensor>& sd, bool stric
     RN50_CHECK(t.defined(), "load_state_dict: '{}' is an undefined tensor", key);
     RN50_CHECK(t.is_cpu(), "load_state_dict: '{}' must be a host tensor, got {}", key, t.str());
     if (auto it = m.param_index.find(key); it != m.param_index.end()) {
-      const ParamInfo& p = m.params[it->second];
+      const ParamInfo& p = m.desc.params[it->second];
       RN50_CHECK(t.shape() == p.shape,
                  "load_state_dict: shape mismatch for '{}': checkpoint has {}, model ({}, {} "
                  "classes) expects {}",
-                 key, shape_str(t.shape()), m.arch.name, m.opt.num_classes, shape_str(p.shape));
+                 key, shape_str(t.shape()), m.desc.arch.name, m.opt.num_classes, shape_str(p.shape));
       RN50_CHECK(t.dtype() == DType::f32, "load_state_dict: '{}' has dtype {}, expected F32", key,
                  dtype_name(t.dtype()));
     } else if (auto jt = m.buffer_index.find(key); jt != m.buffer_index.end()) {
-      const BufferInfo& b = m.buffers[jt->second];
+      const BufferInfo& b = m.desc.buffers[jt->second];
       if (m.buffer_what[jt->second] == 2) {
         RN50_CHECK(t.numel() == 1 && t.ndim() <= 1,
                    "load_state_dict: shape mismatch for '{}': checkpoint has {}, expected [] "
@@ -90,14 +90,14 @@ void ResNet::load_state_dict(const std::map<std::string, Tensor>& sd, bool stric
     }
   }
   if (strict) {
-    for (const model_detail::SdEntry& e : m.sd_order) {
+    for (const StateDictEntry& e : m.desc.state_dict_order) {
       if (!e.is_param && m.buffer_what[e.index] == 2) continue;  // num_batches_tracked optional
-      const std::string& name = e.is_param ? m.params[e.index].name : m.buffers[e.index].name;
+      const std::string& name = e.is_param ? m.desc.params[e.index].name : m.desc.buffers[e.index].name;
       if (!sd.count(name)) missing.push_back(name);
     }
     RN50_CHECK(missing.empty() && unexpected.empty(),
                "load_state_dict (strict) into {}: missing keys: [{}]; unexpected keys: [{}]",
-               m.arch.name, join(missing), join(unexpected));
+               m.desc.arch.name, join(missing), join(unexpected));
   }
 
   for (const auto& [key, t] : sd) {
