@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
     StepOptions so;
     so.bucketer = &bucketer;
     so.loss_grad_scale = 1.f / static_cast<float>(world);
-    TrainStep step(*be, m, in, so);
+    SgdOptimizer opt(*be, m, {});
+    TrainStep step(*be, m, in, opt, so);
     const int s = in.upload(slice_batch(rank));
     step.run(s, 0.0);
     in.release(s);

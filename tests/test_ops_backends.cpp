@@ -583,6 +583,57 @@ TEST_P(OpsBackend, SgdUpdate) {
   }
 }
 
+// The mask (masked weights and momentum held at exactly zero) and, where the backend computes in
+// half precision, the compute copy written in the same pass; a skipped step writes neither.
+TEST_P(OpsBackend, SgdUpdateMaskAndComputeCopy) {
+  REQUIRE_F32("sgd_update");
+  REQUIRE_OP(Op::sgd);
+  const int64_t n = 5003;
+  SgdParams sp;
+  sp.lr = 0.1f;
+  sp.decay_count = 2500;
+  Tensor p0 = rand({n}), b0 = rand({n}), g = rand({n}, -4, 4);
+  Tensor mask = Tensor::empty({n}, DType::u8);
+  std::mt19937_64 mg(17);
+  for (int64_t i = 0; i < n; ++i) mask.data_as<uint8_t>()[i] = (mg() % 4) < 2 ? 0 : 1;
+  Tensor p = up(p0, F32, NCHW), buf = up(b0, F32, NCHW);
+  Tensor pr = p0.clone(), bufr = b0.clone();
+  sp.mask = up(mask, DType::u8, NCHW);
+  SgdParams rp = sp;
+  rp.mask = mask;
+  std::vector<DType> copies;
+  for (DType d : {DType::f16, DType::bf16})
+    if (be().supports(Op::conv2d, d, NCHW)) copies.push_back(d);
+  for (size_t step = 0; step < std::max<size_t>(1, copies.size()); ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    Tensor copy, copyr;
+    if (step < copies.size()) {
+      sp.compute_copy = copy = be().alloc({n}, copies[step], NCHW);
+      rp.compute_copy = copyr = Tensor::empty({n}, copies[step]);
+    }
+    be().sgd_update(sp, p, up(g, F32, NCHW), buf);
+    ref().sgd_update(rp, pr, g, bufr);
+    check("masked sgd params", p, pr, kSgd);
+    check("masked sgd momentum_buf", buf, bufr, kSgd);
+    const Tensor hp = test::download(be(), p), hb = test::download(be(), buf);
+    for (int64_t i = 0; i < n; ++i)
+      if (mask.data_as<uint8_t>()[i] == 0) {
+        ASSERT_EQ(hp.data_as<double>()[i], 0.0) << "masked param " << i;
+        ASSERT_EQ(hb.data_as<double>()[i], 0.0) << "masked momentum " << i;
+      }
+    if (copy.defined()) check("sgd compute copy", copy, convert(copyr, F64), kCopy);
+  }
+  if (copies.empty()) {
+    SgdParams bad = sp;
+    bad.compute_copy = Tensor::empty({n}, DType::f16);
+    EXPECT_THROW(be().sgd_update(bad, p, up(g, F32, NCHW), buf), Error)
+        << "a backend without half compute refuses a compute copy";
+  }
+  SgdParams wrong = sp;
+  wrong.mask = up(Tensor::zeros({n - 1}, DType::u8), DType::u8, NCHW);
+  EXPECT_THROW(be().sgd_update(wrong, p, up(g, F32, NCHW), buf), Error) << "mask length";
+}
+
 TEST_P(OpsBackend, SgdUpdateFromStepState) {
   REQUIRE_F32("sgd_update");
   REQUIRE_OP(Op::sgd);

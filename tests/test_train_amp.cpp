@@ -30,103 +30,12 @@
 #include "model/input_stage.h"
 #include "train/train_step.h"
 #include "require.h"
+#include "krsc_ref_backend.h"
 
 namespace rn50 {
 namespace {
 
 const ArchSpec kNet{"bottleneck1111", true, {1, 1, 1, 1}};
-
-/// The ref backend, except that it asks for KRSC conv weights with NHWC activations (like CUDA).
-class KrscRefBackend final : public Backend {
- public:
-  KrscRefBackend() : b_(make_backend("ref")) {}
-  std::string name() const override { return "ref-krsc"; }
-  Device device() const override { return b_->device(); }
-  bool supports(Op op, DType d, Layout l) const override { return b_->supports(op, d, l); }
-  Layout preferred_weight_layout(Layout a) const override { return a; }
-  Tensor alloc(std::vector<int64_t> s, DType d, Layout l) override { return b_->alloc(s, d, l); }
-  void copy(const Tensor& s, Tensor& d) override { b_->copy(s, d); }
-  void zero(Tensor& d) override { b_->zero(d); }
-  void synchronize() override {}
-  void conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w, Tensor& y) override {
-    ++krsc_convs_;
-    EXPECT_EQ(w.layout(), x.layout()) << "conv weights must come in the preferred layout";
-    b_->conv2d_fwd(p, x, w, y);
-  }
-  void conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
-                       Tensor& dx) override {
-    b_->conv2d_bwd_data(p, dy, w, dx);
-  }
-  void conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
-                          Tensor& dw) override {
-    EXPECT_EQ(dw.layout(), x.layout()) << "conv weight gradients must be in the preferred layout";
-    b_->conv2d_bwd_weights(p, x, dy, dw);
-  }
-  void batchnorm_fwd_train(const BatchNormParams& p, const Tensor& x, const Tensor& g,
-                           const Tensor& b, Tensor& rm, Tensor& rv, Tensor& y, Tensor& sm,
-                           Tensor& sv) override {
-    b_->batchnorm_fwd_train(p, x, g, b, rm, rv, y, sm, sv);
-  }
-  void batchnorm_fwd_infer(const BatchNormParams& p, const Tensor& x, const Tensor& g,
-                           const Tensor& b, const Tensor& rm, const Tensor& rv,
-                           Tensor& y) override {
-    b_->batchnorm_fwd_infer(p, x, g, b, rm, rv, y);
-  }
-  void batchnorm_bwd(const BatchNormParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
-                     const Tensor& g, const Tensor& sm, const Tensor& sv, Tensor& dx, Tensor& dg,
-                     Tensor& db) override {
-    b_->batchnorm_bwd(p, x, y, dy, g, sm, sv, dx, dg, db);
-  }
-  void relu_fwd(const Tensor& x, Tensor& y) override { b_->relu_fwd(x, y); }
-  void relu_bwd(const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    b_->relu_bwd(y, dy, dx);
-  }
-  void add(const Tensor& a, const Tensor& b, Tensor& y) override { b_->add(a, b, y); }
-  void add_relu_fwd(const Tensor& a, const Tensor& b, Tensor& y) override {
-    b_->add_relu_fwd(a, b, y);
-  }
-  void maxpool2d_fwd(const Pool2dParams& p, const Tensor& x, Tensor& y) override {
-    b_->maxpool2d_fwd(p, x, y);
-  }
-  void maxpool2d_bwd(const Pool2dParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
-                     Tensor& dx) override {
-    b_->maxpool2d_bwd(p, x, y, dy, dx);
-  }
-  void global_avgpool_fwd(const Tensor& x, Tensor& y) override { b_->global_avgpool_fwd(x, y); }
-  void global_avgpool_bwd(const Tensor& dy, Tensor& dx) override {
-    b_->global_avgpool_bwd(dy, dx);
-  }
-  void linear_fwd(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
-    b_->linear_fwd(x, w, b, y);
-  }
-  void linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
-                  Tensor& db) override {
-    b_->linear_bwd(x, w, dy, dx, dw, db);
-  }
-  void softmax_xent_fwd(const Tensor& z, const Tensor& l, float e, Tensor& loss,
-                        Tensor& p) override {
-    b_->softmax_xent_fwd(z, l, e, loss, p);
-  }
-  void softmax_xent_bwd(const Tensor& p, const Tensor& l, float e, float s, Tensor& dz,
-                        const Tensor& st) override {
-    b_->softmax_xent_bwd(p, l, e, s, dz, st);
-  }
-  void normalize_u8(const Tensor& s, const std::array<float, 3>& m,
-                    const std::array<float, 3>& sd, Tensor& d) override {
-    b_->normalize_u8(s, m, sd, d);
-  }
-  void sgd_update(const SgdParams& p, Tensor& w, const Tensor& g, Tensor& m) override {
-    b_->sgd_update(p, w, g, m);
-  }
-  void check_finite(const Tensor& x, Tensor& st) override { b_->check_finite(x, st); }
-  void update_loss_scale(const LossScaleParams& p, Tensor& st) override {
-    b_->update_loss_scale(p, st);
-  }
-  int krsc_convs_ = 0;
-
- private:
-  std::unique_ptr<Backend> b_;
-};
 
 /// A u8 NHWC batch of random pixels and labels below `classes`.
 Batch random_batch(int64_t n, int64_t hw, int classes, uint64_t seed) {
@@ -158,7 +67,8 @@ double rel_l2(const std::vector<double>& a, const std::vector<double>& ref, doub
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
-/// Forward + loss + backward of one batch; returns (logits, loss, grad slab) as host values.
+/// Forward + loss + backward of one batch; returns (logits, loss, every parameter's gradient in
+/// params() order and torchvision's layout) as host values.
 struct Pass {
   std::vector<double> logits, grads;
   double loss = 0;
@@ -181,8 +91,9 @@ Pass run_pass(Backend& be, DType dt, const Batch& b, float loss_scale) {
   Pass p;
   p.logits = host_values(be, z);
   p.loss = host_values(be, loss)[0];
-  p.grads = host_values(be, m.grad_slab());
-  for (double& g : p.grads) g /= loss_scale;
+  // Per parameter in torchvision's logical order, whatever the slab's conv weight layout.
+  for (const ParamInfo& pi : m.params())
+    for (double g : host_values(be, m.grad(pi.name))) p.grads.push_back(g / loss_scale);
   return p;
 }
 
@@ -218,10 +129,13 @@ void check_half_close_to_f32(const std::function<std::unique_ptr<Backend>()>& ma
     ModelOptions mo;
     mo.num_classes = 10;
     ResNet shape_only(*ref, kNet, mo);
+    // Pass::grads holds the parameters one after the other in params() order.
     auto slice = [&](const std::vector<double>& v, const std::string& name) {
-      for (const ParamInfo& pi : shape_only.params())
-        if (pi.name == name)
-          return std::vector<double>(v.begin() + pi.offset, v.begin() + pi.offset + pi.numel());
+      int64_t at = 0;
+      for (const ParamInfo& pi : shape_only.params()) {
+        if (pi.name == name) return std::vector<double>(v.begin() + at, v.begin() + at + pi.numel());
+        at += pi.numel();
+      }
       return std::vector<double>();
     };
     const double efw = rel_l2(slice(got.grads, "fc.weight"), slice(want.grads, "fc.weight"));
@@ -263,7 +177,8 @@ void check_overflow_skip(Backend& be) {
   StepOptions so;
   so.loss_scaling = true;
   so.initial_loss_scale = 1099511627776.f;  // 2^40: every scaled gradient overflows fp16
-  TrainStep step(be, m, in, so);
+  SgdOptimizer opt(be, m, {});
+  TrainStep step(be, m, in, opt, so);
   const std::vector<double> p0 = host_values(be, m.param_slab());
   const Batch b = random_batch(2, 32, 10, 3);
 
@@ -276,7 +191,7 @@ void check_overflow_skip(Backend& be) {
   EXPECT_EQ(v[StepState::loss_scale], 549755813888.f) << "backoff x0.5";
   EXPECT_EQ(v[StepState::found_inf], 0.f) << "cleared for the next step";
   EXPECT_EQ(rel_l2(host_values(be, m.param_slab()), p0), 0.0) << "a skipped step changes nothing";
-  for (double x : host_values(be, step.momentum())) ASSERT_EQ(x, 0.0);
+  for (double x : host_values(be, opt.momentum())) ASSERT_EQ(x, 0.0);
   EXPECT_TRUE(std::isfinite(host_values(be, step.loss())[0])) << "the loss itself is finite";
   EXPECT_EQ(m.buffer("bn1.num_batches_tracked").data_as<int64_t>()[0], 1);
 
@@ -289,7 +204,7 @@ void check_overflow_skip(Backend& be) {
   EXPECT_EQ(st.data_as<const float>()[StepState::skipped_steps], 1.f);
   EXPECT_EQ(st.data_as<const float>()[StepState::growth_tracker], 1.f);
   EXPECT_GT(rel_l2(host_values(be, m.param_slab()), p0), 1e-4);
-  // The f16 compute copies follow the master weights (refresh_compute_params after SGD): a
+  // The f16 compute copies follow the master weights (written by the SGD pass itself): a
   // forward equals that of a fresh model loaded from the master state_dict. (Train mode: after
   // two steps the running statistics are far from the batch ones, and an eval forward of this
   // random net overflows fp16.)
@@ -325,7 +240,8 @@ TEST(TrainAmp, StepTakesItsLrFromTheDeviceState) {
   m.init(7);
   InputStage in(*be, Layout::NHWC, DType::f32, 10, 2);
   StepOptions so;
-  TrainStep step(*be, m, in, so);
+  SgdOptimizer opt(*be, m, {});
+  TrainStep step(*be, m, in, opt, so);
   for (auto [batch, lr] : {std::pair{&b0, 0.2}, std::pair{&b1, 0.05}}) {
     const int s = in.upload(*batch);
     step.run(s, lr);
@@ -351,7 +267,7 @@ TEST(TrainAmp, StepTakesItsLrFromTheDeviceState) {
     be->sgd_update(p, r.param_slab(), r.grad_slab(), mom);
   }
   EXPECT_EQ(rel_l2(host_values(*be, m.param_slab()), host_values(*be, r.param_slab())), 0.0);
-  EXPECT_EQ(rel_l2(host_values(*be, step.momentum()), host_values(*be, mom)), 0.0);
+  EXPECT_EQ(rel_l2(host_values(*be, opt.momentum()), host_values(*be, mom)), 0.0);
 }
 
 }  // namespace
@@ -378,7 +294,8 @@ TEST(TrainAmp, CudaGraphReplayEqualsEagerSteps) {
     so.loss_scaling = true;
     so.initial_loss_scale = 128.f;
     so.use_graphs = graphs;
-    TrainStep step(*be, m, in, so);
+    SgdOptimizer opt(*be, m, {});
+    TrainStep step(*be, m, in, opt, so);
     for (int i = 0; i < 6; ++i) {
       const int s = in.upload(random_batch(4, 64, 10, 100 + i));
       step.run(s, 0.05 + 0.01 * i);

@@ -13,6 +13,8 @@
 #include "test_train_util.h"
 #include "train/checkpoint.h"
 #include "model/input_stage.h"
+#include "krsc_ref_backend.h"
+#include "train/optimizer.h"
 
 using namespace rn50;
 namespace fs = std::filesystem;
@@ -85,17 +87,19 @@ TEST(TrainCheckpoint, RoundTripParamsBuffersMomentumState) {
   auto be = make_backend("onednn");
   auto a = small_model(*be, 5, 1);
   perturb_buffers(*be, *a);
+  SgdOptimizer oa(*be, *a, {});
   Tensor mom = random_slab(*be, a->num_params(), 11);
+  be->copy(mom, oa.momentum());
   TempDir tmp("ckpt");
   const fs::path dir = tmp.path / "resnet18" / "3";
-  save_checkpoint(dir.string(), *a, *be, mom, some_state());
+  save_checkpoint(dir.string(), *a, oa, some_state());
   EXPECT_EQ(listing(dir),
             (std::vector<std::string>{"model.safetensors", "optimizer.safetensors", "state.json"}));
 
   auto b = small_model(*be, 5, 2);
-  Tensor mom2 = be->alloc({b->num_params()}, DType::f32);
-  be->zero(mom2);
-  CheckpointState st = load_checkpoint(dir.string(), *b, *be, mom2);
+  SgdOptimizer ob(*be, *b, {});
+  CheckpointState st = load_checkpoint(dir.string(), *b, ob);
+  const Tensor& mom2 = ob.momentum();
   EXPECT_EQ(st.epoch, 3);
   EXPECT_EQ(st.global_step, 48);
   EXPECT_DOUBLE_EQ(st.next_lr, 0.0123);
@@ -140,17 +144,18 @@ TEST(TrainCheckpoint, RoundTripParamsBuffersMomentumState) {
 TEST(TrainCheckpoint, FailedSaveLeavesNoCompleteMarkerAndNoTempFiles) {
   auto be = make_backend("onednn");
   auto a = small_model(*be, 3, 1);
-  Tensor mom = random_slab(*be, a->num_params(), 3);
+  SgdOptimizer oa(*be, *a, {});
+  be->copy(random_slab(*be, a->num_params(), 3), oa.momentum());
   TempDir tmp("ckpt_atomic");
   const fs::path dir = tmp.path / "0";
-  save_checkpoint(dir.string(), *a, *be, mom, some_state());
+  save_checkpoint(dir.string(), *a, oa, some_state());
   ASSERT_TRUE(fs::exists(dir / "state.json"));
   // Rewriting the folder fails half-way (optimizer.safetensors cannot be replaced: it is now a
   // non-empty directory). The stale state.json must be gone, so the folder no longer looks
   // complete, and no temp file may be left behind.
   fs::remove(dir / "optimizer.safetensors");
   fs::create_directories(dir / "optimizer.safetensors" / "block");
-  EXPECT_THROW(save_checkpoint(dir.string(), *a, *be, mom, some_state()), Error);
+  EXPECT_THROW(save_checkpoint(dir.string(), *a, oa, some_state()), Error);
   EXPECT_FALSE(fs::exists(dir / "state.json"));
   for (auto& e : fs::directory_iterator(dir))
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
@@ -284,6 +289,71 @@ TEST(TrainCheckpoint, LossScaleStateRoundTrip) {
   const nlohmann::ordered_json j = s.to_json();
   EXPECT_FALSE(j.contains("loss_scale")) << "fp32/bf16 runs write no loss scale";
   EXPECT_EQ(CheckpointState::from_json(nlohmann::json::parse(j.dump()), "t").loss_scale, 0);
+}
+
+}  // namespace
+}  // namespace rn50
+
+namespace rn50 {
+namespace {
+
+// A backend that keeps conv weights in KRSC (like CUDA): slabs hold KRSC, but the model's
+// state_dict, the optimizer's momentum file and loading both speak torchvision's OIHW, so a
+// checkpoint moves between backends unchanged.
+TEST(TrainCheckpoint, KrscSlabsSaveAndLoadInTorchvisionLayout) {
+  auto ref = make_backend("ref");
+  KrscRefBackend krsc;
+  ModelOptions mo;
+  mo.num_classes = 5;
+  mo.layout = Layout::NHWC;
+  const ArchSpec arch = arch_from_name("resnet18");
+  ResNet k(krsc, arch, mo), r(*ref, arch, mo);
+  k.init(3);
+  r.init(3);
+  ASSERT_EQ(k.weight_layout(), Layout::NHWC);
+  ASSERT_EQ(r.weight_layout(), Layout::NCHW);
+  SgdOptimizer ok(krsc, k, {}), orr(*ref, r, {});
+  std::map<std::string, Tensor> mom;
+  std::mt19937 g(5);
+  std::normal_distribution<float> nd;
+  for (const ParamInfo& p : k.params()) {
+    Tensor t = Tensor::empty(p.shape, DType::f32);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = nd(g);
+    mom[p.name] = t;
+  }
+  ok.load_state_dict(mom, "test");
+  orr.load_state_dict(mom, "test");
+  // The slabs differ (KRSC vs OIHW conv entries)...
+  EXPECT_FALSE(bitwise_equal(to_host(krsc, ok.momentum()), to_host(*ref, orr.momentum())));
+  EXPECT_FALSE(bitwise_equal(to_host(krsc, k.param_slab()), to_host(*ref, r.param_slab())));
+  // ... their torchvision views do not.
+  auto sk = k.state_dict(), sr = r.state_dict();
+  for (size_t i = 0; i < sk.size(); ++i)
+    EXPECT_TRUE(bitwise_equal(sk[i].second, sr[i].second)) << sk[i].first;
+  auto mk = ok.state_dict();
+  for (const auto& [name, t] : mk) EXPECT_TRUE(bitwise_equal(t, mom[name])) << name;
+
+  TempDir tmp("ckpt_krsc");
+  save_checkpoint((tmp.path / "k").string(), k, ok, some_state());
+  save_checkpoint((tmp.path / "r").string(), r, orr, some_state());
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+    SafeTensorsFile a = load_safetensors((tmp.path / "k" / f).string());
+    SafeTensorsFile b = load_safetensors((tmp.path / "r" / f).string());
+    ASSERT_EQ(a.tensors.size(), b.tensors.size()) << f;
+    for (const auto& [name, t] : a.tensors)
+      EXPECT_TRUE(bitwise_equal(t, b.tensors.at(name))) << f << ": " << name;
+  }
+  // The KRSC checkpoint loads into an OIHW model, and the other way round.
+  ResNet r2(*ref, arch, mo);
+  SgdOptimizer or2(*ref, r2, {});
+  load_checkpoint((tmp.path / "k").string(), r2, or2);
+  EXPECT_TRUE(bitwise_equal(to_host(*ref, or2.momentum()), to_host(*ref, orr.momentum())));
+  EXPECT_TRUE(bitwise_equal(to_host(*ref, r2.param_slab()), to_host(*ref, r.param_slab())));
+  ResNet k2(krsc, arch, mo);
+  SgdOptimizer ok2(krsc, k2, {});
+  load_checkpoint((tmp.path / "r").string(), k2, ok2);
+  EXPECT_TRUE(bitwise_equal(to_host(krsc, ok2.momentum()), to_host(krsc, ok.momentum())));
+  EXPECT_TRUE(bitwise_equal(to_host(krsc, k2.param_slab()), to_host(krsc, k.param_slab())));
 }
 
 }  // namespace

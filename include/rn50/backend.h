@@ -74,6 +74,13 @@ struct StepState {
 /// device from state[lr] and state[inv_loss_scale] (the fields here are then ignored), and the
 /// whole update is skipped (params and momentum untouched) when state[found_inf] != 0
 /// (torch.cuda.amp.GradScaler.step skips optimizer.step() the same way).
+/// After the update (and only when it is not skipped):
+///   mask          optional u8 slab of the same length: where mask[i] == 0, p[i] = buf[i] = 0
+///                 (masked weights held at exactly zero, momentum and weight decay included:
+///                 2:4 structured sparsity, apex ASP's masked step);
+///   compute_copy  optional f16/bf16 slab of the same length: compute_copy[i] = p[i] rounded
+///                 to nearest even (the half-precision weights of the next AMP step, written in
+///                 the same pass instead of a separate conversion).
 struct SgdParams {
   float lr = 0.f;
   float momentum = 0.875f;
@@ -81,6 +88,8 @@ struct SgdParams {
   int64_t decay_count = 0;
   float grad_scale = 1.f;
   Tensor state;
+  Tensor mask;
+  Tensor compute_copy;
 };
 
 /// Dynamic loss scaling, torch.cuda.amp.GradScaler semantics and defaults (growth x2 after

@@ -34,15 +34,19 @@ struct ModelOptions {
 /// rn50::Error (from the constructor) when the backend cannot compute in options().compute_dtype
 /// and layout, or num_classes < 1.
 /// Slab order: every decayed parameter (conv/fc weights) first, then BN gamma/beta and fc bias,
-/// so SGD applies weight decay to the prefix [0, decay_count()).
+/// so SGD applies weight decay to the prefix [0, decay_count()). Within the slabs, conv weights
+/// are stored in weight_layout(), the backend's preferred layout (Backend::
+/// preferred_weight_layout: OIHW on the CPU backends, KRSC on CUDA with NHWC activations), so
+/// f32 training uses the master weights directly: no per-step copies. param(), grad() and
+/// state_dict() convert nothing themselves: views carry their layout, and Backend::copy into an
+/// OIHW host tensor converts.
 ///
-/// Compute copies: when options().compute_dtype is not f32, or the backend wants conv weights
-/// in another layout (Backend::preferred_weight_layout, KRSC on CUDA with NHWC), the conv and fc
-/// parameters are used through a compute copy (a second slab in the compute dtype, conv weights
-/// in the preferred layout) and their gradients are produced there and converted into the f32
-/// grad_slab() at the end of backward(). The f32 param_slab() stays the master copy: after
-/// changing it (an optimiser step) call refresh_compute_params(). With f32 and OIHW weights
-/// there is no copy and refresh_compute_params() does nothing.
+/// AMP: when options().compute_dtype is f16/bf16, the conv and fc parameters are used through
+/// a compute copy (compute_param_slab(): the same offsets and layout in the compute dtype) and
+/// their gradients are produced there and converted into the f32 grad_slab() (per parameter
+/// when a grad-ready hook is set, else once per contiguous range at the end of backward()).
+/// The f32 param_slab() stays the master copy: after changing it outside an optimiser step
+/// that writes the compute copy itself (SgdParams::compute_copy), call refresh_compute_params().
 class ResNet {
  public:
   ResNet(Backend& backend, ArchSpec arch, ModelOptions opt);
@@ -63,8 +67,16 @@ class ResNet {
   int64_t num_params() const;   ///< total elements of the parameter slab
   int64_t decay_count() const;  ///< elements of the decayed prefix
   Tensor& param_slab();         ///< f32 (num_params) on the backend device
+  /// The AMP compute copy of param_slab() (compute dtype, num_params elements), or an
+  /// undefined tensor when the model computes in f32.
+  Tensor& compute_param_slab();
+  /// The layout of conv weights (and their gradients and momentum) in the slabs.
+  Layout weight_layout() const;
   Tensor& grad_slab();          ///< f32 (num_params), written by backward()
-  Tensor param(const std::string& name);  ///< view into the slab; throws on unknown name
+  /// View into the slab (f32, torchvision's logical shape; 4-D in weight_layout()); throws
+  /// rn50::Error on an unknown name.
+  Tensor param(const std::string& name);
+  /// View into the gradient slab, as param().
   Tensor grad(const std::string& name);
   Tensor buffer(const std::string& name);
 
@@ -79,8 +91,8 @@ class ResNet {
   /// grad_slab() with d loss / d params (f32; still scaled). Requires a preceding
   /// forward(train=true) with the same batch.
   void backward(const Tensor& dlogits);
-  /// Copies the f32 master parameters into the compute copies (see the class comment). Called
-  /// by init() and load_state_dict(); call it after every optimiser step.
+  /// Copies the f32 master parameters into the compute copy (see the class comment). Called by
+  /// init() and load_state_dict(); nothing to do in f32.
   void refresh_compute_params();
   /// Parameter indices (into params()) in the order backward() finishes their f32 gradients in
   /// grad_slab(): the description's layers in reverse (fc.weight, fc.bias, then each conv+BN

@@ -81,4 +81,29 @@ float resolve_loss_scale(const char* op, float scale, const Tensor& state) {
   return scale * state.data_as<const float>()[StepState::loss_scale];
 }
 
+void check_sgd_extras(const char* op, const SgdParams& p, int64_t n) {
+  if (p.mask.defined())
+    RN50_CHECK(p.mask.dtype() == DType::u8 && p.mask.ndim() == 1 && p.mask.numel() == n,
+               "{}: mask is {}, expected a U8 1-D slab of {} elements", op, p.mask.str(), n);
+  if (p.compute_copy.defined())
+    RN50_CHECK((p.compute_copy.dtype() == DType::f16 || p.compute_copy.dtype() == DType::bf16) &&
+                   p.compute_copy.ndim() == 1 && p.compute_copy.numel() == n,
+               "{}: compute_copy is {}, expected an F16 or BF16 1-D slab of {} elements", op,
+               p.compute_copy.str(), n);
+}
+
+void host_apply_mask(const Tensor& mask, Tensor& params, Tensor& buf) {
+  const uint8_t* m = mask.data_as<const uint8_t>();
+  const int64_t n = params.numel();
+  auto apply = [&](auto* w, auto* b) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i)
+      if (m[i] == 0) w[i] = 0, b[i] = 0;
+  };
+  if (params.dtype() == DType::f64)
+    apply(params.data_as<double>(), buf.data_as<double>());
+  else
+    apply(params.data_as<float>(), buf.data_as<float>());
+}
+
 }  // namespace rn50

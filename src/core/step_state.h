@@ -22,6 +22,13 @@ struct SgdStep {
   bool skip;
 };
 SgdStep resolve_sgd_step(const char* op, const SgdParams& p);
+/// Checks SgdParams::mask (u8) and SgdParams::compute_copy (f16/bf16) when defined: 1-D slabs
+/// of n elements. Throws rn50::Error naming `op` and the tensor otherwise. (Device placement is
+/// each backend's check.)
+void check_sgd_extras(const char* op, const SgdParams& p, int64_t n);
+/// Host part of sgd_update after the update (CPU backends): zeroes p and buf where mask is 0.
+/// params, buf: f32 or f64 host slabs.
+void host_apply_mask(const Tensor& mask, Tensor& params, Tensor& buf);
 /// The loss-scale multiplier of softmax_xent_bwd: scale * state[loss_scale] (state defined) or
 /// scale.
 float resolve_loss_scale(const char* op, float scale, const Tensor& state);

@@ -1,6 +1,7 @@
 // rn50: ResNet construction from the network description (rn50/graph.h: layers, parameters and
-// the slab layout) — parameter and gradient slabs, the compute copies, the running-statistics
-// storage — and the simple accessors.
+// the slab layout) — parameter and gradient slabs (conv weights in the backend's preferred
+// layout), the AMP compute copies, the running-statistics storage — and the simple accessors.
+#include <algorithm>
 #include <utility>
 
 #include "core/check.h"
@@ -10,15 +11,15 @@ namespace rn50 {
 
 using model_detail::BnState;
 
-Tensor ResNet::Impl::param_view(int i) {
+Tensor ResNet::Impl::layout_view(const Tensor& slab, int i) const {
   const ParamInfo& p = desc.params[i];
-  return param_slab.slice0(p.offset, p.offset + p.numel()).reshape(p.shape, Layout::NCHW);
+  // Conv weights in the backend's preferred weight layout; vectors and the fc weight row-major.
+  const Layout l = p.shape.size() == 4 ? weight_layout : Layout::NCHW;
+  return slab.slice0(p.offset, p.offset + p.numel()).reshape(p.shape, l);
 }
 
-Tensor ResNet::Impl::grad_view(int i) {
-  const ParamInfo& p = desc.params[i];
-  return grad_slab.slice0(p.offset, p.offset + p.numel()).reshape(p.shape, Layout::NCHW);
-}
+Tensor ResNet::Impl::param_view(int i) { return layout_view(param_slab, i); }
+Tensor ResNet::Impl::grad_view(int i) { return layout_view(grad_slab, i); }
 
 namespace {
 bool is_mirrored_kind(ParamKind k) {
@@ -27,17 +28,20 @@ bool is_mirrored_kind(ParamKind k) {
 }  // namespace
 
 Tensor ResNet::Impl::compute_param_view(int i) {
-  const ParamInfo& p = desc.params[i];
-  if (!mirror || !is_mirrored_kind(p.kind)) return param_view(i);
-  const Layout l = p.shape.size() == 4 ? weight_layout : Layout::NCHW;
-  return param_lp.slice0(p.offset, p.offset + p.numel()).reshape(p.shape, l);
+  if (!mirror || !is_mirrored_kind(desc.params[i].kind)) return param_view(i);
+  return layout_view(param_lp, i);
 }
 
 Tensor ResNet::Impl::compute_grad_view(int i) {
-  const ParamInfo& p = desc.params[i];
-  if (!mirror || !is_mirrored_kind(p.kind)) return grad_view(i);
-  const Layout l = p.shape.size() == 4 ? weight_layout : Layout::NCHW;
-  return grad_lp.slice0(p.offset, p.offset + p.numel()).reshape(p.shape, l);
+  if (!mirror || !is_mirrored_kind(desc.params[i].kind)) return grad_view(i);
+  return layout_view(grad_lp, i);
+}
+
+void ResNet::Impl::convert_ranges(const Tensor& from, Tensor& to) {
+  for (const auto& [a, b] : mirrored_ranges) {
+    Tensor dst = to.slice0(a, b);
+    be.copy(from.slice0(a, b), dst);
+  }
 }
 
 ResNet::ResNet(Backend& backend, ArchSpec arch, ModelOptions opt)
@@ -87,16 +91,27 @@ ResNet::ResNet(Backend& backend, ArchSpec arch, ModelOptions opt)
   }
   m.nbt = Tensor::zeros({static_cast<int64_t>(m.bns.size())}, DType::i64);
 
-  // Compute copies of the conv/fc parameters (AMP dtype and/or the backend's weight layout).
+  // Master conv weights in the backend's preferred layout (KRSC on CUDA with NHWC); under AMP,
+  // compute copies of the conv/fc parameters in the compute dtype, same layout, same offsets.
   m.weight_layout = be.preferred_weight_layout(m.opt.layout);
-  m.mirror = cd != DType::f32 || m.weight_layout != Layout::NCHW;
+  m.mirror = cd != DType::f32;
   if (m.mirror) {
     m.param_lp = be.alloc({d.num_params}, cd);
     m.grad_lp = be.alloc({d.num_params}, cd);
     be.zero(m.param_lp);
     be.zero(m.grad_lp);
-    for (size_t i = 0; i < d.params.size(); ++i)
-      if (is_mirrored_kind(d.params[i].kind)) m.mirrored.push_back(static_cast<int>(i));
+    // The mirrored parameters as maximal contiguous ranges of the slab (ResNet: the decayed
+    // prefix of conv and fc weights, and fc.bias).
+    std::vector<std::pair<int64_t, int64_t>> r;
+    for (const ParamInfo& p : d.params)
+      if (is_mirrored_kind(p.kind)) r.emplace_back(p.offset, p.offset + p.numel());
+    std::sort(r.begin(), r.end());
+    for (const auto& [a, b] : r) {
+      if (!m.mirrored_ranges.empty() && m.mirrored_ranges.back().second == a)
+        m.mirrored_ranges.back().second = b;
+      else
+        m.mirrored_ranges.emplace_back(a, b);
+    }
   }
 
   // The training schedule walked from the description (schedule.cpp).
@@ -121,6 +136,8 @@ const std::vector<BufferInfo>& ResNet::buffers() const { return impl_->desc.buff
 int64_t ResNet::num_params() const { return impl_->desc.num_params; }
 int64_t ResNet::decay_count() const { return impl_->desc.decay_count; }
 Tensor& ResNet::param_slab() { return impl_->param_slab; }
+Tensor& ResNet::compute_param_slab() { return impl_->param_lp; }
+Layout ResNet::weight_layout() const { return impl_->weight_layout; }
 Tensor& ResNet::grad_slab() { return impl_->grad_slab; }
 const Tensor& ResNet::forward_output() const { return impl_->logits; }
 int64_t ResNet::plan_generation() const { return impl_->plan_generation; }
@@ -141,20 +158,17 @@ void ResNet::set_grad_ready_hook(std::function<void(int)> hook) {
 }
 
 void ResNet::Impl::grad_done(int i) {
+  if (!ready_hook) return;  // without a hook, backward converts whole ranges at its end
   if (mirror && is_mirrored_kind(desc.params[i].kind)) {
     Tensor dst = grad_view(i);
-    be.copy(compute_grad_view(i), dst);  // compute dtype/layout -> f32 OIHW (still loss-scaled)
+    be.copy(compute_grad_view(i), dst);  // compute dtype -> f32, same layout (still scaled)
   }
-  if (ready_hook) ready_hook(i);
+  ready_hook(i);
 }
 
 void ResNet::refresh_compute_params() {
   Impl& m = *impl_;
-  if (!m.mirror) return;
-  for (int i : m.mirrored) {
-    Tensor dst = m.compute_param_view(i);
-    m.be.copy(m.param_view(i), dst);  // f32 OIHW -> compute dtype, preferred layout
-  }
+  if (m.mirror) m.convert_ranges(m.param_slab, m.param_lp);  // f32 -> compute dtype
 }
 
 void ResNet::add_batches_tracked(int64_t delta) {

@@ -78,12 +78,15 @@ struct ResNet::Impl {
   std::vector<int> buffer_bn;    ///< buffer index -> bns index
   std::vector<int> buffer_what;  ///< 0 running_mean, 1 running_var, 2 num_batches_tracked
   Tensor param_slab, grad_slab;  ///< f32 (num_params) on the backend
-  /// Compute copies (compute dtype, num_params elements; only conv/fc entries used) when
-  /// `mirror` (see ResNet's class comment); conv weights there are in `weight_layout`.
-  bool mirror = false;
+  /// Layout of every 4-D (conv) parameter, gradient and momentum in the slabs: the backend's
+  /// preferred weight layout (NCHW = OIHW on CPU backends, NHWC = KRSC on CUDA with NHWC).
   Layout weight_layout = Layout::NCHW;
+  /// AMP compute copies (compute dtype, num_params elements at the same offsets and layout;
+  /// only the conv/fc entries are used) when `mirror` (compute dtype != f32).
+  bool mirror = false;
   Tensor param_lp, grad_lp;
-  std::vector<int> mirrored;  ///< indices of the params used through the compute copy
+  /// The conv/fc parameters as maximal contiguous [begin, end) element ranges of the slabs.
+  std::vector<std::pair<int64_t, int64_t>> mirrored_ranges;
   Tensor stat_slab;           ///< f32 running means/vars on the backend
   Tensor nbt;                 ///< host i64 (number of BNs): num_batches_tracked
   std::vector<model_detail::BnState> bns;
@@ -112,6 +115,10 @@ struct ResNet::Impl {
   bool have_train_state = false;
 
   // construction helpers (resnet.cpp)
+  /// Param i's view into `slab` (any of the param/grad/compute slabs), 4-D in weight_layout.
+  Tensor layout_view(const Tensor& slab, int i) const;
+  /// Copies (converting the dtype) the mirrored ranges of `from` into `to`.
+  void convert_ranges(const Tensor& from, Tensor& to);
   Tensor param_view(int i);
   Tensor grad_view(int i);
   /// The tensor the ops use for param i: the compute copy's view (mirrored params; conv weights

@@ -89,7 +89,16 @@ void ResNet::init(uint64_t seed) {
       }
     }
   }
-  m.be.copy(host, m.param_slab);
+  if (m.weight_layout == Layout::NCHW) {
+    m.be.copy(host, m.param_slab);
+  } else {
+    // Conv weights move into the slab's KRSC layout one by one (Backend::copy converts).
+    for (size_t i = 0; i < m.desc.params.size(); ++i) {
+      const ParamInfo& p = m.desc.params[i];
+      Tensor dst = m.param_view(static_cast<int>(i));
+      m.be.copy(Tensor::view(slab + p.offset, p.shape, DType::f32), dst);
+    }
+  }
   m.be.zero(m.grad_slab);
   refresh_compute_params();
 

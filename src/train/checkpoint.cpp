@@ -74,8 +74,8 @@ CheckpointState read_checkpoint_state(const std::string& dir) {
 
 // ---- save ----
 
-void save_checkpoint(const std::string& dir, ResNet& model, Backend& backend,
-                     const Tensor& momentum_buf, const CheckpointState& state) {
+void save_checkpoint(const std::string& dir, ResNet& model, SgdOptimizer& optimizer,
+                     const CheckpointState& state) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   RN50_CHECK(!ec, "cannot create checkpoint folder '{}': {}", dir, ec.message());
@@ -88,15 +88,7 @@ void save_checkpoint(const std::string& dir, ResNet& model, Backend& backend,
       {"format", "pt"}, {"arch", state.arch}, {"rn50_version", state.version},
       {"epoch", std::to_string(state.epoch)}};
   save_safetensors((fs::path(dir) / kModelFile).string(), model.state_dict(), meta);
-
-  RN50_CHECK(momentum_buf.numel() == model.num_params(),
-             "momentum buffer has {} elements, the model {} parameters", momentum_buf.numel(),
-             model.num_params());
-  Tensor host = to_host(backend, momentum_buf);
-  std::vector<std::pair<std::string, Tensor>> mom;
-  for (const ParamInfo& p : model.params())
-    mom.emplace_back(p.name, Tensor::view(host.data_as<float>() + p.offset, p.shape, DType::f32));
-  save_safetensors((fs::path(dir) / kOptimizerFile).string(), mom, meta);
+  save_safetensors((fs::path(dir) / kOptimizerFile).string(), optimizer.state_dict(), meta);
 
   write_file_atomic(state_path.string(), state.to_json().dump(2) + "\n");
 }
@@ -134,8 +126,7 @@ std::string resolve_checkpoint_dir(const std::string& from, const std::string& l
   return dir.string();
 }
 
-CheckpointState load_checkpoint(const std::string& dir, ResNet& model, Backend& backend,
-                                Tensor& momentum_buf) {
+CheckpointState load_checkpoint(const std::string& dir, ResNet& model, SgdOptimizer& optimizer) {
   CheckpointState st = read_checkpoint_state(dir);
   const std::string mpath = (fs::path(dir) / kModelFile).string();
   SafeTensorsFile mf = load_safetensors(mpath);
@@ -145,24 +136,10 @@ CheckpointState load_checkpoint(const std::string& dir, ResNet& model, Backend& 
     RN50_CHECK(it->second.shape() == p.shape, "{}: '{}' has shape {}, the model {} (arch {})",
                mpath, p.name, shape_str(it->second.shape()), shape_str(p.shape), st.arch);
   }
-  model.load_state_dict(mf.tensors, /*strict=*/true);
-
   const std::string opath = (fs::path(dir) / kOptimizerFile).string();
   SafeTensorsFile of = load_safetensors(opath);
-  Tensor host = Tensor::empty({model.num_params()}, DType::f32);
-  for (const ParamInfo& p : model.params()) {
-    auto it = of.tensors.find(p.name);
-    RN50_CHECK(it != of.tensors.end(), "{}: missing momentum of '{}'", opath, p.name);
-    RN50_CHECK(it->second.shape() == p.shape, "{}: momentum '{}' has shape {}, the model {}",
-               opath, p.name, shape_str(it->second.shape()), shape_str(p.shape));
-    Tensor f = to_f32(it->second, opath + ": " + p.name);
-    std::memcpy(host.data_as<float>() + p.offset, f.data(), f.nbytes());
-  }
-  RN50_CHECK(momentum_buf.numel() == model.num_params(),
-             "momentum buffer has {} elements, the model {} parameters", momentum_buf.numel(),
-             model.num_params());
-  backend.copy(host, momentum_buf);
-  backend.synchronize();
+  model.load_state_dict(mf.tensors, /*strict=*/true);
+  optimizer.load_state_dict(of.tensors, opath);
   return st;
 }
 

@@ -18,6 +18,7 @@
 
 #include "core/safetensors.h"
 #include "model/weights.h"
+#include "train/optimizer.h"
 #include "rn50/backend.h"
 #include "rn50/model.h"
 #include "rn50/tensor.h"
@@ -50,10 +51,10 @@ inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kStateFile = "state.json";
 
-/// Writes a checkpoint into `dir` (created if missing). momentum_buf: the SGD momentum slab
-/// (f32, model.num_params()) on `backend`. Throws rn50::Error on I/O errors.
-void save_checkpoint(const std::string& dir, ResNet& model, Backend& backend,
-                     const Tensor& momentum_buf, const CheckpointState& state);
+/// Writes a checkpoint of `model` and `optimizer` (SgdOptimizer::state_dict) into `dir`
+/// (created if missing). Throws rn50::Error on I/O errors.
+void save_checkpoint(const std::string& dir, ResNet& model, SgdOptimizer& optimizer,
+                     const CheckpointState& state);
 
 /// Resolves --from-checkpoint `from` and --last-epoch-of-checkpoint `last_epoch` ("auto" or an
 /// integer) to an epoch folder: `from` itself when it holds state.json, else from/<N>, with
@@ -64,9 +65,8 @@ std::string resolve_checkpoint_dir(const std::string& from, const std::string& l
 CheckpointState read_checkpoint_state(const std::string& dir);
 
 /// Loads a checkpoint folder into `model` (params, running stats, num_batches_tracked) and
-/// `momentum_buf` (f32 slab on `backend`); returns its state. Throws naming the file and key on a
-/// missing key or shape mismatch.
-CheckpointState load_checkpoint(const std::string& dir, ResNet& model, Backend& backend,
-                                Tensor& momentum_buf);
+/// `optimizer` (momentum); returns its state. Throws naming the file and key on a missing key
+/// or shape mismatch.
+CheckpointState load_checkpoint(const std::string& dir, ResNet& model, SgdOptimizer& optimizer);
 
 }  // namespace rn50

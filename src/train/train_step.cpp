@@ -7,11 +7,10 @@
 
 namespace rn50 {
 
-TrainStep::TrainStep(Backend& backend, ResNet& model, InputStage& input, const StepOptions& opt)
-    : be_(backend), model_(model), input_(input), opt_(opt) {
+TrainStep::TrainStep(Backend& backend, ResNet& model, InputStage& input, SgdOptimizer& optimizer,
+                     const StepOptions& opt)
+    : be_(backend), model_(model), input_(input), optimizer_(optimizer), opt_(opt) {
   state_ = be_.alloc({StepState::size}, DType::f32);
-  momentum_ = be_.alloc({model_.num_params()}, DType::f32);
-  be_.zero(momentum_);
   loss_ = be_.alloc({1}, DType::f32);
   // Pageable on purpose: a copy from pageable memory is staged before copy() returns, so the
   // next step may overwrite the value at once (pinned memory would be read when the copy runs).
@@ -72,14 +71,8 @@ void TrainStep::queue_step(int slot) {
     comm_wait_s_ += opt_.bucketer->last_wait_seconds();
   }
   if (opt_.loss_scaling) be_.check_finite(model_.grad_slab(), state_);
-  SgdParams p;
-  p.momentum = opt_.momentum;
-  p.weight_decay = opt_.weight_decay;
-  p.decay_count = model_.decay_count();
-  p.state = state_;
-  be_.sgd_update(p, model_.param_slab(), model_.grad_slab(), momentum_);
+  optimizer_.step(state_);  // also writes the AMP compute copy
   if (opt_.loss_scaling) be_.update_loss_scale(opt_.scale, state_);
-  model_.refresh_compute_params();
 }
 
 void TrainStep::run(int slot, double lr) {

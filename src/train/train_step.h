@@ -1,8 +1,9 @@
 // rn50: one training step, entirely on the backend's device (no host in the loop):
 //   normalize_u8(slot images) -> forward(train) -> softmax_xent_fwd/bwd (label smoothing, the
 //   loss scale read from the step state) -> backward -> [AMP: check_finite of the f32 gradient
-//   slab] -> sgd_update (lr and 1/loss scale from the step state, skipped on overflow) ->
-//   [AMP: update_loss_scale] -> refresh_compute_params.
+//   slab] -> the optimiser's step (train/optimizer.h: SGD with lr and 1/loss scale from the
+//   step state, skipped on overflow; the AMP compute copy written in the same pass) ->
+//   [AMP: update_loss_scale].
 // The per-step scalars live in a device step state (StepState); the host writes only the lr
 // before each step. On backends that can record (CUDA), the step for each input slot runs
 // eagerly once (cuDNN algorithm search, workspace growth) and is then recorded once as a graph
@@ -25,13 +26,12 @@
 #include "rn50/dist.h"
 #include "rn50/model.h"
 #include "model/input_stage.h"
+#include "train/optimizer.h"
 
 namespace rn50 {
 
 struct StepOptions {
   float label_smoothing = 0.1f;
-  float momentum = 0.875f;
-  float weight_decay = 3.0517578125e-05f;
   /// Loss scaling with overflow checks (fp16 AMP). false: scale fixed at initial_loss_scale and
   /// no check (f32, bf16).
   bool loss_scaling = false;
@@ -49,8 +49,10 @@ struct StepOptions {
 
 class TrainStep {
  public:
-  /// Allocates the step state, the momentum slab (zeroed) and the loss buffers on the backend.
-  TrainStep(Backend& backend, ResNet& model, InputStage& input, const StepOptions& opt);
+  /// Allocates the step state and the loss buffers on the backend. `optimizer` updates `model`
+  /// at the end of every step; both must outlive the TrainStep.
+  TrainStep(Backend& backend, ResNet& model, InputStage& input, SgdOptimizer& optimizer,
+            const StepOptions& opt);
   ~TrainStep();
 
   /// Queues one step on the images and labels uploaded into input slot `slot`, with learning
@@ -60,8 +62,6 @@ class TrainStep {
   const Tensor& loss() const { return loss_; }
   /// f32 (N, classes) on the device: the logits of the last step (f32 even under AMP).
   const Tensor& logits() const;
-  /// The momentum slab (f32, num_params), for checkpoints.
-  Tensor& momentum() { return momentum_; }
   /// The device step state (f32, StepState::size).
   Tensor& state() { return state_; }
   /// Host copy of the step state (synchronises the backend).
@@ -80,8 +80,9 @@ class TrainStep {
   Backend& be_;
   ResNet& model_;
   InputStage& input_;
+  SgdOptimizer& optimizer_;
   StepOptions opt_;
-  Tensor state_, momentum_, loss_, probs_, dlogits_, lr_host_;
+  Tensor state_, loss_, probs_, dlogits_, lr_host_;
   std::map<int, int> eager_runs_;                  ///< slot -> eager steps run
   /// A recorded step and what it was recorded against: replayed only while the model's
   /// activation buffers and the input buffers are the same.

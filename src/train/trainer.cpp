@@ -29,6 +29,7 @@
 #include "model/input_stage.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
+#include "train/optimizer.h"
 #include "train/report.h"
 #include "train/train_step.h"
 
@@ -118,6 +119,7 @@ class Trainer {
   Tensor loss_hist_, host_logits_;
   DeviceChoice device_;
   std::unique_ptr<InputStage> input_;
+  std::unique_ptr<SgdOptimizer> optimizer_;
   std::unique_ptr<TrainStep> step_;
   bool loss_scaling_ = false;
   float loss_scale_ = 1.f;
@@ -263,10 +265,12 @@ void Trainer::setup_model() {
   loss_hist_ = backend_->alloc({cfg_.print_interval}, DType::f32);
   input_ = std::make_unique<InputStage>(*backend_, cfg_.data_layout, mo.compute_dtype,
                                         num_classes_, 2);
+  SgdOptimizer::Options oo;
+  oo.momentum = static_cast<float>(cfg_.momentum);
+  oo.weight_decay = static_cast<float>(cfg_.weight_decay);
+  optimizer_ = std::make_unique<SgdOptimizer>(*backend_, *model_, oo);
   StepOptions so;
   so.label_smoothing = static_cast<float>(cfg_.label_smoothing);
-  so.momentum = static_cast<float>(cfg_.momentum);
-  so.weight_decay = static_cast<float>(cfg_.weight_decay);
   loss_scaling_ = mo.compute_dtype == DType::f16;
   so.loss_scaling = loss_scaling_;
   so.initial_loss_scale = static_cast<float>(cfg_.scale_loss);
@@ -285,7 +289,7 @@ void Trainer::setup_model() {
     so.loss_grad_scale = 1.f / static_cast<float>(proc_.world_size);
   }
   loss_scale_ = loss_scaling_ ? so.initial_loss_scale : 1.f;
-  step_ = std::make_unique<TrainStep>(*backend_, *model_, *input_, so);
+  step_ = std::make_unique<TrainStep>(*backend_, *model_, *input_, *optimizer_, so);
 }
 
 void Trainer::check_amp_skips(int64_t at_step) {
@@ -312,7 +316,7 @@ void Trainer::load_weights() {
     RN50_CHECK(st.arch.empty() || st.arch == cfg_.arch,
                "--from-checkpoint '{}' holds a {} model but --arch is {}", resumed_from_, st.arch,
                cfg_.arch);
-    st = load_checkpoint(resumed_from_, *model_, *backend_, step_->momentum());
+    st = load_checkpoint(resumed_from_, *model_, *optimizer_);
     resumed_epoch_ = st.epoch;
     if (loss_scaling_ && st.loss_scale > 0) {  // continue the fp16 loss-scale schedule
       step_->set_loss_scale(static_cast<float>(st.loss_scale), static_cast<float>(st.skipped_steps));
@@ -578,7 +582,7 @@ void Trainer::run_training() {
       // Rank 0 writes (every rank holds the same weights); the others wait for it, so that
       // no rank runs ahead of a checkpoint that could be resumed from.
       if (proc_.rank == 0) {
-        save_checkpoint(dir, *model_, *backend_, step_->momentum(), make_state(epoch));
+        save_checkpoint(dir, *model_, *optimizer_, make_state(epoch));
         out("saved checkpoint {}\n", dir);
       }
       comm_->heartbeat();

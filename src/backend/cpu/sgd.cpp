@@ -2,7 +2,8 @@
 // nesterov false; see SgdParams):
 //   g = grad_scale * grad (+ weight_decay * p for the first decay_count elements)
 //   buf = momentum * buf + g;  p = p - lr * buf.
-// Plain OpenMP loops, vectorisable (the decayed and undecayed ranges are separate loops).
+// Plain OpenMP loops, vectorisable (the decayed and undecayed ranges are separate loops); then
+// the optional mask (SgdParams; no compute copy: this backend computes in f32 only).
 #include "backend/cpu/onednn_backend.h"
 #include "core/check.h"
 #include "core/step_state.h"
@@ -24,6 +25,10 @@ void OnednnBackend::sgd_update(const SgdParams& p, Tensor& params, const Tensor&
   float* __restrict w = params.data_as<float>();
   const float* __restrict g = grads.data_as<const float>();
   float* __restrict b = momentum_buf.data_as<float>();
+  check_sgd_extras("onednn sgd_update", p, n);
+  if (p.mask.defined()) check_tensor(op, "mask", p.mask, DType::u8);
+  RN50_CHECK(!p.compute_copy.defined(),
+             "onednn {}: no compute copy: the oneDNN backend computes in f32 only", op);
   const SgdStep st = resolve_sgd_step("onednn sgd_update", p);
   if (st.skip) return;  // an AMP step whose gradients overflowed
   const float lr = st.lr, mom = p.momentum, wd = p.weight_decay, gs = st.grad_scale;
@@ -41,6 +46,7 @@ void OnednnBackend::sgd_update(const SgdParams& p, Tensor& params, const Tensor&
     b[i] = bi;
     w[i] -= lr * bi;
   }
+  if (p.mask.defined()) host_apply_mask(p.mask, params, momentum_buf);
 }
 
 void OnednnBackend::check_finite(const Tensor& x, Tensor& state) {

@@ -5,8 +5,10 @@
 //        g = grad * grad_scale;  g = g + weight_decay * p  (i < decay_count)
 //        buf = momentum * buf + g;  p = p - lr * buf
 //    With a step state, lr = state[lr], grad_scale = state[inv_loss_scale], and the whole update
-//    is skipped when state[found_inf] != 0 (GradScaler.step skipping optimizer.step()). One fused
-//    grid-stride kernel; float4 packs when the three slabs are 16-byte aligned.
+//    is skipped when state[found_inf] != 0 (GradScaler.step skipping optimizer.step()). Then, in
+//    the same pass, the optional mask (p = buf = 0 where mask == 0) and compute copy (p rounded
+//    to f16/bf16, the next AMP step's weights). One fused grid-stride kernel; float4 packs when
+//    the three f32 slabs are 16-byte aligned.
 //  * check_finite: state[found_inf] = 1 when any element of x (f32/f16/bf16, any shape) is inf
 //    or NaN (an all-ones exponent field), else unchanged. 16-byte vector loads when aligned; one
 //    store per warp that saw a bad value (several warps may store 1: a benign race).
@@ -16,6 +18,8 @@
 #include "backend/cuda/kernels_common.cuh"
 
 #include <type_traits>
+
+#include "core/step_state.h"
 
 namespace rn50::cuda {
 
@@ -37,11 +41,21 @@ __device__ __forceinline__ void sgd_one(float& w, float g, float& b, bool decay,
   w = __fsub_rn(w, __fmul_rn(a.lr, b));
 }
 
+/// After the update of element i: the mask (p = buf = 0 where mask[i] == 0), then the compute
+/// copy (p rounded to C). C = float means no compute copy.
+template <class C>
+__device__ __forceinline__ void sgd_after(float& w, float& b, int64_t i,
+                                          const uint8_t* __restrict__ mask, C* __restrict__ copy) {
+  if (mask && mask[i] == 0) w = 0.f, b = 0.f;
+  if constexpr (!std::is_same_v<C, float>) copy[i] = from_float<C>(w);
+}
+
 /// V = 4: float4 packs (all pointers 16-byte aligned) then a scalar tail; V = 1: scalar.
-template <int V>
+template <int V, class C>
 __global__ void __launch_bounds__(kThreads)
     sgd_kernel(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ b,
-               int64_t n, SgdArgs a, const float* __restrict__ state) {
+               int64_t n, SgdArgs a, const float* __restrict__ state,
+               const uint8_t* __restrict__ mask, C* __restrict__ copy) {
   if (state) {
     if (state[StepState::found_inf] != 0.f) return;  // overflowing AMP step: skip
     a.lr = state[StepState::lr];
@@ -60,6 +74,10 @@ __global__ void __launch_bounds__(kThreads)
       sgd_one(wv.y, gv.y, bv.y, i + 1 < a.decay_count, a);
       sgd_one(wv.z, gv.z, bv.z, i + 2 < a.decay_count, a);
       sgd_one(wv.w, gv.w, bv.w, i + 3 < a.decay_count, a);
+      sgd_after(wv.x, bv.x, i, mask, copy);
+      sgd_after(wv.y, bv.y, i + 1, mask, copy);
+      sgd_after(wv.z, bv.z, i + 2, mask, copy);
+      sgd_after(wv.w, bv.w, i + 3, mask, copy);
       reinterpret_cast<float4*>(w)[p] = wv;
       reinterpret_cast<float4*>(b)[p] = bv;
     }
@@ -67,6 +85,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = npack * V + tid; i < n; i += stride) {
     float wi = w[i], bi = b[i];
     sgd_one(wi, g[i], bi, i < a.decay_count, a);
+    sgd_after(wi, bi, i, mask, copy);
     w[i] = wi;
     b[i] = bi;
   }
@@ -158,15 +177,30 @@ void CudaBackend::sgd_update(const SgdParams& p, Tensor& params, const Tensor& g
     check_state(*this, op, p.state);
     st = p.state.data_as<const float>();
   }
+  check_sgd_extras("cuda sgd_update", p, n);
+  if (p.mask.defined()) check_device(op, "mask", p.mask);
+  if (p.compute_copy.defined()) check_device(op, "compute_copy", p.compute_copy);
   if (n == 0) return;
   const SgdArgs a{p.lr, p.grad_scale, p.momentum, p.weight_decay, p.decay_count};
   float* w = params.data_as<float>();
   const float* g = grads.data_as<const float>();
   float* b = momentum_buf.data_as<float>();
-  if (aligned16(w) && aligned16(g) && aligned16(b) && n >= 4)
-    sgd_kernel<4><<<grid_for(n / 4, kThreads), kThreads, 0, stream()>>>(w, g, b, n, a, st);
+  const uint8_t* mask = p.mask.defined() ? p.mask.data_as<const uint8_t>() : nullptr;
+  const bool vec = aligned16(w) && aligned16(g) && aligned16(b) && n >= 4;
+  auto launch = [&](auto* copy) {
+    if (vec)
+      sgd_kernel<4><<<grid_for(n / 4, kThreads), kThreads, 0, stream()>>>(w, g, b, n, a, st,
+                                                                         mask, copy);
+    else
+      sgd_kernel<1><<<grid_for(n, kThreads), kThreads, 0, stream()>>>(w, g, b, n, a, st, mask,
+                                                                     copy);
+  };
+  if (!p.compute_copy.defined())
+    launch(static_cast<float*>(nullptr));
+  else if (p.compute_copy.dtype() == DType::f16)
+    launch(static_cast<__half*>(p.compute_copy.data()));
   else
-    sgd_kernel<1><<<grid_for(n, kThreads), kThreads, 0, stream()>>>(w, g, b, n, a, st);
+    launch(static_cast<__nv_bfloat16*>(p.compute_copy.data()));
   RN50_CUDA_LAUNCH_CHECK();
 }
 

@@ -5,6 +5,8 @@
 //   buf = momentum * buf + g           (buf starts at zero == torch's first-step clone of g)
 //   p   = p - lr * buf
 // Each step is rounded to the slab dtype in torch's order (torch does the same in float32).
+// Then the optional mask (p = buf = 0 where mask == 0) and compute copy (p converted to
+// f16/bf16 by RefBackend::copy).
 #include <cstdint>
 
 #include "core/step_state.h"
@@ -50,12 +52,20 @@ void RefBackend::sgd_update(const SgdParams& p, Tensor& params, const Tensor& gr
              "ref {}: decay_count {} outside [0, {}]", op, p.decay_count, params.numel());
   RN50_CHECK(params.dtype() == DType::f32 || params.dtype() == DType::f64,
              "ref {}: slabs must be F32 or F64, got {}", op, params.str());
+  check_sgd_extras("ref sgd_update", p, params.numel());
+  for (const Tensor* t : {&p.mask, &p.compute_copy})
+    RN50_CHECK(!t->defined() || t->is_cpu(), "ref {}: {} must be a host tensor", op, t->str());
   const SgdStep st = resolve_sgd_step("ref sgd_update", p);
   if (st.skip) return;  // an AMP step whose gradients overflowed
   if (params.dtype() == DType::f32)
     sgd_impl<float>(p, st, params, grads, momentum_buf);
   else
     sgd_impl<double>(p, st, params, grads, momentum_buf);
+  if (p.mask.defined()) host_apply_mask(p.mask, params, momentum_buf);
+  if (p.compute_copy.defined()) {
+    Tensor dst = p.compute_copy;
+    copy(params, dst);  // round to nearest even (RefBackend::copy)
+  }
 }
 
 void RefBackend::check_finite(const Tensor& x, Tensor& state) {

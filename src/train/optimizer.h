@@ -1,0 +1,65 @@
+// rn50: the optimiser — SGD with momentum and weight decay over a model's parameter slab
+// (torch.optim.SGD with dampening 0 and nesterov false, the DLE recipe: momentum 0.875, weight
+// decay 1/32768 on conv and fc weights only, i.e. the slab's decayed prefix).
+//
+// One fused backend pass per step (Backend::sgd_update) updates the f32 master weights and the
+// momentum, applies the optional mask (2:4 sparsity: masked weights and their momentum held at
+// zero) and writes the model's AMP compute copy. The step reads its lr, 1/loss scale and
+// overflow flag from the device step state (StepState), so it can be recorded in a CUDA graph;
+// an overflowing AMP step leaves everything untouched.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "rn50/backend.h"
+#include "rn50/model.h"
+#include "rn50/tensor.h"
+
+namespace rn50 {
+
+class SgdOptimizer {
+ public:
+  struct Options {
+    float momentum = 0.875f;                 ///< DLE RN50 v1.5
+    float weight_decay = 3.0517578125e-05f;  ///< 1/32768 (DLE), on the decayed prefix only
+  };
+
+  /// Allocates the momentum slab (f32, model.num_params(), zero) on `backend`; it has the
+  /// model's slab layout (conv entries in model.weight_layout()).
+  SgdOptimizer(Backend& backend, ResNet& model, const Options& opt);
+
+  /// Queues one update of model.param_slab() from model.grad_slab(): lr, 1/loss scale and the
+  /// overflow skip come from `step_state` (f32 StepState on the device). Also writes the
+  /// model's compute copy (AMP) and applies the mask, in the same pass.
+  void step(const Tensor& step_state);
+
+  /// Holds the parameters where `mask` (host or device u8, model.num_params() elements in the
+  /// slab's layout) is 0 at exactly zero: they and their momentum are zeroed now and after every
+  /// step. An undefined tensor removes the mask. Throws rn50::Error on a wrong shape or dtype.
+  void set_mask(const Tensor& mask);
+  /// The mask on the device, or an undefined tensor.
+  const Tensor& mask() const { return mask_; }
+
+  /// The momentum slab (f32, num_params) on the device.
+  Tensor& momentum() { return momentum_; }
+
+  /// The optimiser's checkpoint state: each parameter's momentum buffer as a host f32 tensor in
+  /// torchvision's layout (OIHW for convs), keyed by the parameter's name (torch's
+  /// optimizer.state[p]["momentum_buffer"]). Synchronises the backend.
+  std::vector<std::pair<std::string, Tensor>> state_dict();
+  /// Loads momentum buffers saved by state_dict() (f32/f64/f16/bf16 host tensors); every
+  /// parameter must be present with its shape. `what` names the source (a file) in errors.
+  /// Throws rn50::Error naming the file and the key.
+  void load_state_dict(const std::map<std::string, Tensor>& sd, const std::string& what);
+
+ private:
+  Backend& be_;
+  ResNet& model_;
+  Options opt_;
+  Tensor momentum_, mask_;
+};
+
+}  // namespace rn50
