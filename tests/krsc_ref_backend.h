@@ -91,6 +91,7 @@ class KrscRefBackend final : public Backend {
                         const Tensor& st) override {
     b_->softmax_xent_bwd(p, l, e, s, dz, st);
   }
+  void topk_hits(const Tensor& z, const Tensor& l, Tensor& h) override { b_->topk_hits(z, l, h); }
   void normalize_u8(const Tensor& s, const std::array<float, 3>& m,
                     const std::array<float, 3>& sd, Tensor& d) override {
     b_->normalize_u8(s, m, sd, d);

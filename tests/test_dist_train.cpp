@@ -125,7 +125,10 @@ TEST(DistTrain, EvalIsExactOnOneTwoAndThreeRanks) {
     EXPECT_EQ(e["val.images"], 37);
     EXPECT_EQ(e["val.top1"], results[0]["val.top1"]);
     EXPECT_EQ(e["val.top5"], results[0]["val.top5"]);
-    EXPECT_NEAR(e["val.loss"].get<double>(), results[0]["val.loss"].get<double>(), 1e-9);
+    // The loss is a sum of f32 batch means (the backend's loss, as torch's val loss), and the
+    // batches differ with the number of ranks: equal to f32 rounding, not bit for bit.
+    EXPECT_NEAR(e["val.loss"].get<double>(), results[0]["val.loss"].get<double>(),
+                1e-6 * results[0]["val.loss"].get<double>());
   }
 }
 

@@ -540,6 +540,53 @@ TEST_P(OpsBackend, SoftmaxXent) {
     }
 }
 
+// Top-1/top-5 hits against the reference on logits with ties (integers in a small range), NaNs
+// in other classes and in a label's own logit, K below and above 5.
+TEST_P(OpsBackend, TopkHits) {
+  REQUIRE_F32("topk_hits");
+  REQUIRE_OP(Op::topk);
+  struct Shape {
+    int64_t N, K;
+  };
+  for (const Shape& s : {Shape{300, 1000}, Shape{64, 10}, Shape{7, 3}, Shape{1, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "N" << s.N << " K" << s.K);
+    Tensor z = Tensor::empty({s.N, s.K}, F32), lab = Tensor::empty({s.N}, DType::i32);
+    std::uniform_int_distribution<int> val(-3, 3);
+    std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(s.K - 1));
+    for (int64_t i = 0; i < z.numel(); ++i) z.data_as<float>()[i] = static_cast<float>(val(rng_));
+    for (int64_t n = 0; n < s.N; ++n) lab.data_as<int32_t>()[n] = pick(rng_);
+    if (s.N > 5) {
+      z.data_as<float>()[1 * s.K + (lab.data_as<int32_t>()[1] + 1) % s.K] = NAN;  // another class
+      z.data_as<float>()[2 * s.K + lab.data_as<int32_t>()[2]] = NAN;            // the label's
+      for (int64_t k = 0; k < s.K; ++k) z.data_as<float>()[3 * s.K + k] = 1.f;  // all tied
+    }
+    Tensor hits = out({2}, F32);
+    be().topk_hits(up(z, F32, NCHW), up(lab, DType::i32, NCHW), hits);
+    Tensor hr = Tensor::empty({2}, F32);
+    ref().topk_hits(z, lab, hr);
+    check("topk_hits", hits, convert(hr, F64), kCopy);
+    // An independent count: sort each row (stable, descending, NaN last).
+    int64_t want1 = 0, want5 = 0;
+    for (int64_t n = 0; n < s.N; ++n) {
+      std::vector<int64_t> idx(static_cast<size_t>(s.K));
+      for (int64_t k = 0; k < s.K; ++k) idx[static_cast<size_t>(k)] = k;
+      const float* r = z.data_as<float>() + n * s.K;
+      std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) {
+        if (std::isnan(r[a]) != std::isnan(r[b])) return std::isnan(r[b]);
+        return !std::isnan(r[a]) && r[a] > r[b];
+      });
+      const int32_t l = lab.data_as<int32_t>()[n];
+      const auto pos = std::find(idx.begin(), idx.end(), l) - idx.begin();
+      const bool nan_label = std::isnan(r[l]);
+      want1 += !nan_label && pos < 1;
+      want5 += !nan_label && pos < 5;
+    }
+    const Tensor h = test::download(be(), hits);
+    EXPECT_EQ(h.data_as<double>()[0], static_cast<double>(want1));
+    EXPECT_EQ(h.data_as<double>()[1], static_cast<double>(want5));
+  }
+}
+
 // ---------------------------------------------------------------- input, optimiser
 
 TEST_P(OpsBackend, NormalizeU8) {

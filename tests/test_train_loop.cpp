@@ -99,8 +99,11 @@ TEST(TrainLoop, LossFallsOnTinyImageFolder) {
     EXPECT_GE(e["train.data_time"].get<double>(), 0);
     EXPECT_GT(e["train.compute_time"].get<double>(), 0);
     EXPECT_GE(e["train.top1"].get<double>(), 0);
-    EXPECT_LE(e["train.top5"].get<double>(), 100);
+    // Two classes: every label is within the top 5, so the device hit counts must cover every
+    // sample of the epoch.
+    EXPECT_EQ(e["train.top5"].get<double>(), 100.0);
   }
+  EXPECT_GT(epochs.back()["train.top1"].get<double>(), 50.0) << "the loss fell: better than chance";
 }
 
 TEST(TrainLoop, ResumeReproducesUninterruptedRun) {

@@ -105,7 +105,7 @@ struct LossScaleParams {
 /// Op families, for supports() queries and the test harness.
 enum class Op {
   conv2d, batchnorm, relu, add, add_relu, maxpool2d, global_avgpool, linear,
-  softmax_xent, normalize_u8, sgd, amp
+  softmax_xent, topk, normalize_u8, sgd, amp
 };
 
 /// A recorded sequence of backend work (a CUDA graph) that replays with the same tensors.
@@ -241,6 +241,15 @@ class Backend {
   /// by state[loss_scale].
   virtual void softmax_xent_bwd(const Tensor& probs, const Tensor& labels, float smoothing,
                                 float scale, Tensor& dlogits, const Tensor& state) = 0;
+
+  // ---- metrics ----
+  /// Top-1 and top-5 hits of a batch: hits (f32 {2} on the device) is overwritten with the
+  /// number of rows of logits (N,K) f32 whose label (i32 (N)) is among the 1, resp. 5, highest
+  /// logits. A label's rank = the classes with a larger logit + those with an equal logit and a
+  /// lower index (a stable descending sort, as torch.topk on distinct values); a NaN logit of
+  /// the label ranks last (never a hit), NaNs of other classes never outrank it. Exact for
+  /// N < 2^24. Labels outside [0, K) never count as hits (host backends throw instead).
+  virtual void topk_hits(const Tensor& logits, const Tensor& labels, Tensor& hits) = 0;
 
   // ---- input ----
   /// src: u8 (N,3,H,W) in Layout::NHWC (decoded pixels, RGB). dst: (N,3,H,W) f32 (or the compute

@@ -6,20 +6,13 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "core/topk.h"
 
 namespace rn50 {
 
 int64_t label_rank(const float* logits, int64_t k, int64_t label) {
   RN50_CHECK(label >= 0 && label < k, "label {} is out of range for {} classes", label, k);
-  const float v = logits[label];
-  if (std::isnan(v)) return k;
-  int64_t rank = 0;
-  for (int64_t j = 0; j < k; ++j) {
-    const float u = logits[j];
-    // NaN logits of other classes never outrank the label (comparisons with NaN are false).
-    if (u > v || (u == v && j < label)) ++rank;
-  }
-  return rank;
+  return host_label_rank(logits, k, label);
 }
 
 std::vector<int64_t> topk_indices(const float* logits, int64_t k, int64_t top) {
@@ -50,26 +43,15 @@ void softmax_row(const float* logits, int64_t k, float* probs) {
   for (int64_t j = 0; j < k; ++j) probs[j] /= s;
 }
 
-double smoothed_xent(const float* logits, int64_t k, int64_t label, double eps) {
-  RN50_CHECK(label >= 0 && label < k, "label {} is out of range for {} classes", label, k);
-  double m = -std::numeric_limits<double>::infinity();
-  for (int64_t j = 0; j < k; ++j) m = std::max(m, static_cast<double>(logits[j]));
-  double s = 0;
-  for (int64_t j = 0; j < k; ++j) s += std::exp(static_cast<double>(logits[j]) - m);
-  const double lse = m + std::log(s);
-  double sum_logp = 0;
-  for (int64_t j = 0; j < k; ++j) sum_logp += static_cast<double>(logits[j]) - lse;
-  const double logp_label = static_cast<double>(logits[label]) - lse;
-  return -(1.0 - eps) * logp_label - eps / static_cast<double>(k) * sum_logp;
-}
-
 TopkCounts topk_correct(const float* logits, int64_t n, int64_t k, const int32_t* labels) {
   TopkCounts c;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t r = label_rank(logits + i * k, k, labels[i]);
-    if (r < 1) ++c.top1;
-    if (r < 5) ++c.top5;
-  }
+  for (int64_t i = 0; i < n; ++i)
+    RN50_CHECK(labels[i] >= 0 && labels[i] < k, "label {} is out of range for {} classes",
+               labels[i], k);
+  int64_t h[2];
+  host_topk_hits(logits, labels, n, k, h);
+  c.top1 = h[0];
+  c.top5 = h[1];
   return c;
 }
 

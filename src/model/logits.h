@@ -1,6 +1,6 @@
 // rn50: host math on classifier logits (f32, one row of k classes): rank of a label, top-k
-// indices, softmax and torch's label-smoothed cross-entropy in double. The reference for the
-// backends' loss and metric ops, and what `rn50 predict` ranks classes with.
+// indices and hits, softmax: what `rn50 predict` ranks classes with. The loss has one
+// implementation, the backends' softmax_xent (training and evaluation alike).
 #pragma once
 
 #include <cstdint>
@@ -18,10 +18,6 @@ std::vector<int64_t> topk_indices(const float* logits, int64_t k, int64_t top);
 
 /// Softmax of one row in fp32 (max-subtracted, as torch.softmax), written to probs[0..k).
 void softmax_row(const float* logits, int64_t k, float* probs);
-
-/// torch CrossEntropyLoss(label_smoothing=eps) of one row, in double:
-///   -(1-eps) * log p[label] - eps/k * sum_j log p[j],  log p = logits - logsumexp(logits).
-double smoothed_xent(const float* logits, int64_t k, int64_t label, double eps);
 
 /// Counts of correct predictions over a batch.
 struct TopkCounts {

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "core/check.h"
-#include "train/checkpoint.h"
 #include "model/input_stage.h"
 #include "train/metrics.h"
 
@@ -33,9 +32,31 @@ EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double 
   InputStage input(backend, model.options().layout, model.options().compute_dtype,
                    model.options().num_classes, 1);
   const int64_t k = model.options().num_classes;
+  // Per-batch results stay on the device and are read back every `chunk` batches: the mean
+  // loss of the batch's valid rows, and its top-1/top-5 hits.
+  const int64_t chunk = print_interval > 0 ? print_interval : 64;
+  Tensor loss_hist = backend.alloc({chunk}, DType::f32);
+  Tensor hits_hist = backend.alloc({2 * chunk}, DType::f32);
+  Tensor probs;
+  std::vector<int64_t> pending;  // valid rows of each batch since the last read-back
   MetricSums sums;
-  Tensor host_logits;
   const auto t0 = ThroughputMeter::Clock::now();
+  auto read_back = [&] {
+    if (pending.empty()) return;
+    const int64_t n = static_cast<int64_t>(pending.size());
+    Tensor hl = Tensor::empty({n}, DType::f32), hh = Tensor::empty({2 * n}, DType::f32);
+    backend.copy(loss_hist.slice0(0, n), hl);
+    backend.copy(hits_hist.slice0(0, 2 * n), hh);
+    backend.synchronize();
+    for (int64_t b = 0; b < n; ++b) {
+      const int64_t rows = pending[static_cast<size_t>(b)];
+      sums.add_loss(hl.data_as<float>()[b], rows);
+      sums.add_topk({static_cast<int64_t>(hh.data_as<float>()[2 * b]),
+                     static_cast<int64_t>(hh.data_as<float>()[2 * b + 1])},
+                    rows);
+    }
+    pending.clear();
+  };
   source.start_epoch(epoch);
   const int64_t nb = source.batches_per_epoch();
   Batch b;
@@ -48,18 +69,19 @@ EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double 
     const Tensor& logits = model.forward(input.x(), /*train=*/false);
     RN50_CHECK(logits.ndim() == 2 && logits.dim(1) == k, "model returned logits {}, expected "
                "(N, {})", logits.str(), k);
-    if (!host_logits.defined() || host_logits.shape() != logits.shape())
-      host_logits = Tensor::empty(logits.shape(), DType::f32);
-    backend.copy(logits, host_logits);
-    backend.synchronize();
-    const float* lg = host_logits.data_as<float>();
-    const int32_t* lb = b.labels.data_as<int32_t>();
-    double loss = 0;
-    for (int64_t r = 0; r < b.size; ++r)  // labels checked by InputStage::upload
-      loss += smoothed_xent(lg + r * k, k, lb[r], label_smoothing);
-    sums.add_loss(loss / static_cast<double>(b.size), b.size);
-    sums.add_topk(topk_correct(lg, b.size, k, lb), b.size);
+    if (!probs.defined() || probs.dim(0) < logits.dim(0))
+      probs = backend.alloc({logits.dim(0), k}, DType::f32);
+    // Only the first Batch::size rows are samples (a short last batch is padded).
+    const Tensor z = logits.slice0(0, b.size), labels = input.labels().slice0(0, b.size);
+    Tensor p = probs.slice0(0, b.size);
+    const int64_t slot = static_cast<int64_t>(pending.size());
+    Tensor loss = loss_hist.slice0(slot, slot + 1), hits = hits_hist.slice0(2 * slot, 2 * slot + 2);
+    backend.softmax_xent_fwd(z, labels, static_cast<float>(label_smoothing), loss, p);
+    backend.topk_hits(z, labels, hits);
+    pending.push_back(b.size);
+    if (static_cast<int64_t>(pending.size()) == chunk) read_back();
     if (print_interval > 0 && (i % print_interval == 0 || i == nb)) {
+      read_back();
       const double s = seconds_between(t0, ThroughputMeter::Clock::now());
       std::printf("eval step %lld/%lld loss %.4f top1 %.2f%% top5 %.2f%% img/s %.1f\n",
                   static_cast<long long>(i), static_cast<long long>(nb), sums.loss(),
@@ -68,6 +90,7 @@ EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double 
       std::fflush(stdout);
     }
   }
+  read_back();
   int64_t bad = source.bad_samples();
   // Exact global metrics: integer counts and the loss sum of every rank, one allreduce.
   if (comm && comm->world_size() > 1) allreduce_metric_sums(*comm, sums, bad);

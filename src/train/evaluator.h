@@ -26,8 +26,10 @@ struct EvalResult {
 void allreduce_metric_sums(Communicator& comm, MetricSums& sums, int64_t& bad);
 
 /// Evaluates `model` on every batch of `source` (epoch `epoch` of the source; val sources do
-/// not shuffle). Logits are read back to the host per batch; loss and top-k use only the first
-/// Batch::size rows. print_interval > 0 prints a progress line every that many batches.
+/// not shuffle). Loss (Backend::softmax_xent_fwd, the training loss) and top-1/top-5
+/// (Backend::topk_hits) are computed on the device next to the logits over the first
+/// Batch::size rows of each batch, and read back every print_interval batches (64 when 0).
+/// print_interval > 0 prints a progress line every that many batches.
 /// comm (data parallelism; null = one process): each rank evaluates its shard (every sample in
 /// exactly one shard), then (loss sum, top-1 and top-5 correct, count, bad files) are summed
 /// over the ranks in one allreduce, so every rank returns the exact global result whatever the

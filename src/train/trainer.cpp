@@ -3,10 +3,10 @@
 // One step: batch (host u8 NHWC) -> upload into an input slot (a side stream on CUDA, while
 // the previous step runs) -> TrainStep (train/train_step.h: normalise, forward, loss, backward,
 // SGD with this step's lr, AMP loss scaling; replayed as a CUDA graph on GPUs). The loss of each
-// step is copied into a device buffer and read back only every --print-interval steps, so the
-// loop has no per-step host sync (train top-1/top-5 read the logits back every step on host
-// backends only, where that is free). AMP overflow skips are read from the device step state at
-// the same boundaries and logged.
+// step and its top-1/top-5 hits (Backend::topk_hits, next to the logits) are written into
+// device buffers and read back only every --print-interval steps, so the loop has no per-step
+// host sync. AMP overflow skips are read from the device step state at the same boundaries and
+// logged.
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -96,10 +96,12 @@ class Trainer {
   void run_eval_only();
   void run_training();
   void run_benchmark();
-  /// One optimiser step on `b` with learning rate `lr`; the loss lands in loss_hist_[slot].
-  void train_step(const Batch& b, double lr, int64_t slot, MetricSums* topk_sums);
-  /// Reads the first `n` losses of loss_hist_ back to the host.
-  std::vector<float> read_losses(int64_t n);
+  /// One optimiser step on `b` with learning rate `lr`; its loss lands in loss_hist_[slot] and,
+  /// with `metrics`, its top-1/top-5 hits in hits_hist_[2 slot, 2 slot + 2).
+  void train_step(const Batch& b, double lr, int64_t slot, bool metrics);
+  /// Reads the first `n` losses of loss_hist_ (and, with hits, the first n hit pairs of
+  /// hits_hist_) back to the host.
+  std::vector<float> read_losses(int64_t n, std::vector<float>* hits = nullptr);
   /// Reads the AMP step state (synchronises) and logs steps skipped for gradient overflow
   /// since the last call. Fills loss scale / skipped totals for the report.
   void check_amp_skips(int64_t at_step);
@@ -116,7 +118,7 @@ class Trainer {
   int num_classes_ = 0;
   int64_t steps_per_epoch_ = 0;
   LrSchedule sched_;
-  Tensor loss_hist_, host_logits_;
+  Tensor loss_hist_, hits_hist_;
   DeviceChoice device_;
   std::unique_ptr<InputStage> input_;
   std::unique_ptr<SgdOptimizer> optimizer_;
@@ -124,7 +126,6 @@ class Trainer {
   bool loss_scaling_ = false;
   float loss_scale_ = 1.f;
   int64_t skipped_steps_ = 0;
-  bool host_metrics_ = true;
   int start_epoch_ = 0;
   int64_t global_step_ = 0;
   int resumed_epoch_ = -1;
@@ -254,7 +255,6 @@ void Trainer::setup_backend() {
 }
 
 void Trainer::setup_model() {
-  host_metrics_ = backend_->device().type == DeviceType::CPU;
   ModelOptions mo;
   mo.num_classes = num_classes_;
   mo.layout = cfg_.data_layout;
@@ -263,6 +263,7 @@ void Trainer::setup_model() {
   model_ = std::make_unique<ResNet>(*backend_, arch_from_name(cfg_.arch), mo);
   model_->init(cfg_.seed);
   loss_hist_ = backend_->alloc({cfg_.print_interval}, DType::f32);
+  hits_hist_ = backend_->alloc({2 * static_cast<int64_t>(cfg_.print_interval)}, DType::f32);
   input_ = std::make_unique<InputStage>(*backend_, cfg_.data_layout, mo.compute_dtype,
                                         num_classes_, 2);
   SgdOptimizer::Options oo;
@@ -427,31 +428,32 @@ void Trainer::run_eval_only() {
   report_.write(j);
 }
 
-void Trainer::train_step(const Batch& b, double lr, int64_t slot, MetricSums* topk_sums) {
+void Trainer::train_step(const Batch& b, double lr, int64_t slot, bool metrics) {
   Backend& be = *backend_;
   comm_->heartbeat();
   const int s = input_->upload(b);
   step_->run(s, lr);
+  if (metrics) {
+    // The step's logits stay intact until the next forward (backward does not write them);
+    // queued before release(s), so the slot's labels are still this batch's.
+    Tensor hits = hits_hist_.slice0(2 * slot, 2 * slot + 2);
+    be.topk_hits(step_->logits().slice0(0, b.size), input_->labels(s).slice0(0, b.size), hits);
+  }
   input_->release(s);
   Tensor dst = loss_hist_.slice0(slot, slot + 1);
   be.copy(step_->loss(), dst);
-  if (topk_sums) {
-    // The logits of the step stay intact (backward writes gradients, not the forward output).
-    const Tensor& logits = step_->logits();
-    if (!host_logits_.defined() || host_logits_.shape() != logits.shape())
-      host_logits_ = Tensor::empty(logits.shape(), DType::f32);
-    be.copy(logits, host_logits_);
-    be.synchronize();
-    topk_sums->add_topk(topk_correct(host_logits_.data_as<float>(), b.size, num_classes_,
-                                     b.labels.data_as<int32_t>()),
-                        b.size);
-  }
 }
 
-std::vector<float> Trainer::read_losses(int64_t n) {
+std::vector<float> Trainer::read_losses(int64_t n, std::vector<float>* hits) {
   Tensor h = Tensor::empty({n}, DType::f32);
   backend_->copy(loss_hist_.slice0(0, n), h);
+  Tensor hh;
+  if (hits) {
+    hh = Tensor::empty({2 * n}, DType::f32);
+    backend_->copy(hits_hist_.slice0(0, 2 * n), hh);
+  }
   backend_->synchronize();
+  if (hits) hits->assign(hh.data_as<float>(), hh.data_as<float>() + 2 * n);
   return std::vector<float>(h.data_as<float>(), h.data_as<float>() + n);
 }
 
@@ -497,7 +499,11 @@ void Trainer::run_training() {
     meter.start();
     auto flush = [&](bool print) {
       if (sizes.empty()) return;
-      std::vector<float> losses = read_losses(static_cast<int64_t>(sizes.size()));
+      std::vector<float> hits;
+      std::vector<float> losses = read_losses(static_cast<int64_t>(sizes.size()), &hits);
+      for (size_t i = 0; i < sizes.size(); ++i)
+        sums.add_topk({static_cast<int64_t>(hits[2 * i]), static_cast<int64_t>(hits[2 * i + 1])},
+                      sizes[i]);
       double interval_sum = 0;
       int64_t interval_n = 0;
       comm_->heartbeat();
@@ -559,7 +565,7 @@ void Trainer::run_training() {
       if (!train_->next(b)) break;
       const auto td = Clock::now();
       const double lr = sched_.at(global_step_);
-      train_step(b, lr, static_cast<int64_t>(sizes.size()), host_metrics_ ? &sums : nullptr);
+      train_step(b, lr, static_cast<int64_t>(sizes.size()), /*metrics=*/true);
       ++global_step_;
       ++step_in_epoch;
       sizes.push_back(b.size);
@@ -658,7 +664,7 @@ void Trainer::run_benchmark() {
     }
     const auto td = Clock::now();
     const double lr = sched_.at(global_step_);
-    train_step(b, lr, 0, nullptr);
+    train_step(b, lr, 0, /*metrics=*/false);
     ++global_step_;
     const bool boundary = (i + 1) % cfg_.print_interval == 0 || i + 1 == warm + steps ||
                           i + 1 == warm;

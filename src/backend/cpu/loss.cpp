@@ -9,6 +9,7 @@
 #include "backend/cpu/onednn_backend.h"
 #include "core/step_state.h"
 #include "core/check.h"
+#include "core/topk.h"
 
 namespace rn50::onednn {
 
@@ -88,6 +89,21 @@ void OnednnBackend::softmax_xent_bwd(const Tensor& probs, const Tensor& labels, 
     for (int64_t k = 0; k < K; ++k) dn[k] = f * (pn[k] - off);
     dn[lab[n]] -= f * hit;
   }
+}
+
+void OnednnBackend::topk_hits(const Tensor& logits, const Tensor& labels, Tensor& hits) {
+  const char* op = "topk_hits";
+  check_tensor(op, "logits", logits);
+  check_tensor(op, "hits", hits);
+  RN50_CHECK(logits.ndim() == 2 && logits.dim(1) > 0,
+             "onednn {}: logits must be (N, K) with K > 0, got {}", op, logits.str());
+  RN50_CHECK(hits.numel() == 2, "onednn {}: hits must have 2 elements, got {}", op, hits.str());
+  const int64_t N = logits.dim(0), K = logits.dim(1);
+  check_labels(op, labels, N, K);
+  int64_t h[2];
+  host_topk_hits(logits.data_as<const float>(), labels.data_as<const int32_t>(), N, K, h);
+  hits.data_as<float>()[0] = static_cast<float>(h[0]);
+  hits.data_as<float>()[1] = static_cast<float>(h[1]);
 }
 
 }  // namespace rn50::onednn

@@ -217,6 +217,7 @@ bool CudaBackend::supports(Op op, DType dtype, Layout layout) const {
   if (!is_float16ish_or_f32(dtype)) return false;
   switch (op) {
     case Op::softmax_xent:
+    case Op::topk:
     case Op::sgd:
     case Op::amp: return dtype == DType::f32;
     default: return true;  // conv, bn, eltwise, pooling, linear, normalize_u8 (dst dtype)

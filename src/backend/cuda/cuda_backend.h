@@ -119,6 +119,7 @@ class CudaBackend final : public Backend {
                         Tensor& probs) override;
   void softmax_xent_bwd(const Tensor& probs, const Tensor& labels, float smoothing, float scale,
                         Tensor& dlogits, const Tensor& state) override;
+  void topk_hits(const Tensor& logits, const Tensor& labels, Tensor& hits) override;
 
   void normalize_u8(const Tensor& src, const std::array<float, 3>& mean,
                     const std::array<float, 3>& std, Tensor& dst) override;

@@ -11,6 +11,7 @@
 // accumulation, fixed reduction tree), writes the row's probs and its loss (double) into
 // loss_scratch; a single-block kernel then sums the N row losses in a fixed order (double) and
 // writes the mean. Backward: one thread per element, in double. Deterministic, no atomics.
+// topk_hits: one block per row counts the classes that outrank the label.
 //
 // Labels are validated by the caller (the trainer checks them on the host when it loads a
 // batch); a kernel cannot throw. An out-of-range label (< 0 or >= K) is never read out of
@@ -109,6 +110,31 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+/// Block n: the rank of row n's label (classes with a larger logit, or an equal one at a lower
+/// index; a NaN label logit is never a hit); hits[0] += rank < 1, hits[1] += rank < 5 (float atomics
+/// of integers below 2^24: exact, order-independent). An out-of-range label counts nothing.
+__global__ void __launch_bounds__(kLossThreads)
+    topk_hits_kernel(const float* __restrict__ z, const int32_t* __restrict__ labels, int64_t K,
+                     float* __restrict__ hits) {
+  __shared__ int64_t s_cnt[kLossThreads / 32];
+  const int64_t n = blockIdx.x;
+  const int32_t label = labels[n];
+  if (label < 0 || label >= K) return;  // uniform across the block
+  const float* zr = z + n * K;
+  const float v = zr[label];
+  if (isnan(v)) return;  // never a hit (uniform across the block)
+  int64_t c = 0;
+  for (int64_t k = threadIdx.x; k < K; k += kLossThreads) {
+    const float u = zr[k];
+    c += u > v || (u == v && k < label);
+  }
+  const int64_t rank = block_reduce<false>(c, s_cnt);
+  if (threadIdx.x == 0) {
+    if (rank < 1) atomicAdd(&hits[0], 1.f);
+    if (rank < 5) atomicAdd(&hits[1], 1.f);
+  }
+}
+
 /// Checks labels: i32 (N) on the device.
 void check_labels(const CudaBackend& be, const char* op, const Tensor& labels, int64_t N) {
   be.check_device(op, "labels", labels);
@@ -176,6 +202,24 @@ void CudaBackend::softmax_xent_bwd(const Tensor& probs, const Tensor& labels, fl
   xent_bwd_kernel<<<grid_for(total, kThreads), kThreads, 0, stream()>>>(
       probs.data_as<const float>(), labels.data_as<const int32_t>(), N, K, smoothing, scale, st,
       dlogits.data_as<float>());
+  RN50_CUDA_LAUNCH_CHECK();
+}
+
+void CudaBackend::topk_hits(const Tensor& logits, const Tensor& labels, Tensor& hits) {
+  const char* op = "topk_hits";
+  check_device(op, "logits", logits);
+  RN50_CHECK(logits.dtype() == DType::f32 && logits.ndim() == 2 && logits.dim(1) > 0,
+             "cuda {}: logits {} must be F32 (N,K) with K > 0", op, logits.str());
+  const int64_t N = logits.dim(0), K = logits.dim(1);
+  check_labels(*this, op, labels, N);
+  check_device(op, "hits", hits);
+  RN50_CHECK(hits.dtype() == DType::f32 && hits.numel() == 2,
+             "cuda {}: hits is {}, expected F32 {{2}}", op, hits.str());
+  RN50_CHECK(N <= 0x7fffffff, "cuda {}: {} rows exceed the grid limit", op, N);
+  RN50_CUDA_CHECK(cudaMemsetAsync(hits.data(), 0, 2 * sizeof(float), stream()));
+  if (N == 0) return;
+  topk_hits_kernel<<<static_cast<unsigned>(N), kLossThreads, 0, stream()>>>(
+      logits.data_as<const float>(), labels.data_as<const int32_t>(), K, hits.data_as<float>());
   RN50_CUDA_LAUNCH_CHECK();
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/step_state.h"
+#include "core/topk.h"
 #include "backend/ref/ref_backend.h"
 #include "backend/ref/ref_util.h"
 
@@ -88,6 +89,21 @@ void RefBackend::softmax_xent_bwd(const Tensor& probs, const Tensor& labels, flo
       D[n * K + k] = f * (D[n * K + k] - q);
     }
   store(D, dlogits);
+}
+
+void RefBackend::topk_hits(const Tensor& logits, const Tensor& labels, Tensor& hits) {
+  const char* op = "topk_hits";
+  RN50_CHECK(logits.defined() && logits.is_cpu() && logits.dtype() == DType::f32 &&
+                 logits.ndim() == 2 && logits.dim(1) > 0,
+             "ref {}: logits {} must be an F32 (N,K) host tensor with K > 0", op, logits.str());
+  const int64_t N = logits.dim(0), K = logits.dim(1);
+  load_labels(op, labels, N, K);  // validates
+  RN50_CHECK(hits.defined() && hits.is_cpu() && hits.dtype() == DType::f32 && hits.numel() == 2,
+             "ref {}: hits {} must be an F32 host tensor of 2 elements", op, hits.str());
+  int64_t h[2];
+  host_topk_hits(logits.data_as<const float>(), labels.data_as<const int32_t>(), N, K, h);
+  hits.data_as<float>()[0] = static_cast<float>(h[0]);
+  hits.data_as<float>()[1] = static_cast<float>(h[1]);
 }
 
 }  // namespace rn50::ref
