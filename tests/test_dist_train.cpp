@@ -154,6 +154,8 @@ TEST(DistTrain, AFailingRankStopsTheJob) {
   EXPECT_LT(s, 60.0) << "the job must stop within the timeout";
   EXPECT_NE(r.output.find("zz_corrupt.JPEG"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank "), std::string::npos) << r.output;
+  // With no --report-file the list of bad files goes to the checkpoint directory, not the cwd.
+  EXPECT_TRUE(fs::exists(root / "ckpt" / "bad_files.txt")) << r.output;
   std::printf("job stopped after %.1f s with exit code %d\n", s, r.exit_code);
 }
 

@@ -110,7 +110,8 @@ struct TrainConfig {
   int workers = 0;
   /// --max-bad-fraction: abort when undecodable files exceed this fraction of an epoch's
   /// samples (default 0.001); below it each is skipped, logged and counted (train.bad_samples).
-  /// On abort the list goes to <report-file>.bad_files.txt (or ./bad_files.txt).
+  /// On abort the list goes to <report-file>.bad_files.txt, else <checkpoint-dir>/bad_files.txt,
+  /// else ./bad_files.txt.
   double max_bad_fraction = 0.001;
   /// --exact-decode: decode whole images and resample exactly as PIL/torchvision (default: the
   /// fast DALI-style DCT-scaled region decoding).

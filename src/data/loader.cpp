@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -330,6 +331,9 @@ class ImageFolderSource final : public DataSource {
     if (bad <= max_bad_) return;
     std::string where = "not written (no bad-files path was given)";
     if (!opt_.bad_files_path.empty()) {
+      const std::filesystem::path parent = std::filesystem::path(opt_.bad_files_path).parent_path();
+      std::error_code ec;
+      if (!parent.empty()) std::filesystem::create_directories(parent, ec);
       std::ofstream f(opt_.bad_files_path);
       for (const std::string& line : bad_list_locked()) f << line << '\n';
       f.close();

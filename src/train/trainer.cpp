@@ -155,8 +155,10 @@ void Trainer::setup_data() {
   lo.local_ranks = proc_.local_size;
   lo.exact_decode = cfg_.exact_decode;
   lo.worker_cpus = cfg_.worker_cpus;
-  lo.bad_files_path =
-      cfg_.report_file.empty() ? std::string("bad_files.txt") : cfg_.report_file + ".bad_files.txt";
+  // Beside the report, else in the checkpoint directory, else in the working directory.
+  lo.bad_files_path = !cfg_.report_file.empty()    ? cfg_.report_file + ".bad_files.txt"
+                      : !cfg_.checkpoint_dir.empty() ? cfg_.checkpoint_dir + "/bad_files.txt"
+                                                     : std::string("bad_files.txt");
   // Batches straight into memory the backend uploads from fastest (pinned on CUDA).
   Backend* be = backend_.get();
   lo.alloc_host = [be](std::vector<int64_t> shape, DType dt, Layout l) {
