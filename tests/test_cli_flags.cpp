@@ -6,6 +6,7 @@
 #include "rn50/backend.h"
 #include "rn50/model.h"
 #include "test_train_util.h"
+#include "train/flags.h"
 
 using namespace rn50_test;
 
@@ -63,6 +64,27 @@ TEST(CliFlags, BadValuesAreRejectedWithTheirFlag) {
       {"predict --from-pretrained-params " + tmp.str() + "/missing.safetensors x.jpg",
        "missing.safetensors"},
       {"frobnicate", "frobnicate"},
+      // Each subcommand takes only its flags; a flag with no effect here is refused, with why.
+      {"eval --lr 9 --data synthetic", "--lr: rn50 eval does not take it"},
+      {"eval --epochs 3 --data synthetic", "--epochs: rn50 eval does not take it"},
+      {"eval --scale-loss 64 --data synthetic", "--scale-loss: rn50 eval does not take it"},
+      {"train --data synthetic --device cpu --scale-loss 64", "--scale-loss has no effect here"},
+      {"train --data synthetic --device cpu --use-dynamic-loss-scaling=false",
+       "--use-dynamic-loss-scaling has no effect here"},
+      {"train --data synthetic --amp-dtype bf16", "add --amp"},
+      {"train --data synthetic --device cpu --no-tf32", "TF32 exists on CUDA GPUs only"},
+      {"train --data synthetic --device cpu --no-cuda-graphs", "--no-cuda-graphs has no effect"},
+      {"train --data synthetic --image-root " + tmp.str(), "--data synthetic reads no images"},
+      {"train --image-root " + tmp.str() + " --synthetic-samples 8", "add --data synthetic"},
+      {"train" + syn + " --benchmark-steps 3", "add --benchmark"},
+      {"train" + syn + " --benchmark --eval-interval 2", "--eval-interval has no effect"},
+      {"train" + syn + " --benchmark --checkpoint-dir x", "write no checkpoints"},
+      {"train" + syn + " --last-epoch-of-checkpoint 3", "add --from-checkpoint"},
+      {"train" + syn + " --timeout 5", "--timeout has no effect here"},
+      {"train" + syn + " --bucket-size-mb 5", "a single process allreduces no gradients"},
+      {"train" + syn + " --run-scope train_only --eval-interval 2", "--eval-interval"},
+      {"train" + syn + " --worker-cpus 0 x", "--worker-cpus 'x': expected an integer"},
+      {"train" + syn + " --amp=maybe", "--amp=maybe: expected true or false"},
   };
   for (const BadCase& c : cases) {
     std::string out;
@@ -98,6 +120,37 @@ TEST(CliFlags, HelpAndVersion) {
                            "--zero-init-residual", "--amp", "--amp-dtype", "--scale-loss",
                            "--use-dynamic-loss-scaling", "--no-tf32", "--no-cuda-graphs"})
     EXPECT_NE(out.find(flag), std::string::npos) << flag;
+  // Every flag of the table in its command's help, with its default; the training-only ones
+  // hidden from eval's.
+  std::string eval_help;
+  EXPECT_EQ(run_command(kCli + " eval --help", &eval_help), 0);
+  for (const rn50::FlagSpec& f : rn50::train_flags()) {
+    EXPECT_NE(out.find(f.name), std::string::npos) << f.name;
+    EXPECT_EQ(eval_help.find("\n  " + f.name + " ") != std::string::npos,
+              (f.commands & rn50::kEvalCommand) != 0)
+        << f.name;
+  }
+  EXPECT_NE(out.find("(default: 0.256)"), std::string::npos) << "--lr's default";
+}
+
+TEST(CliFlags, ShowConfigPrintsEveryFlagWithItsSource) {
+  std::string out;
+  ASSERT_EQ(run_command(kCli + " train --data synthetic --benchmark --benchmark-steps 1 "
+                               "--benchmark-warmup-steps 0 --batch-size 2 --crop-size 32 "
+                               "--arch resnet18 --num-of-class 10 --show-config",
+                        &out),
+            0)
+      << out;
+  for (const rn50::FlagSpec& f : rn50::train_flags())
+    if (f.commands & rn50::kTrainCommand) EXPECT_NE(out.find(f.name), std::string::npos) << f.name;
+  EXPECT_NE(out.find("--batch-size"), std::string::npos);
+  const size_t row = out.find("--arch ");
+  ASSERT_NE(row, std::string::npos);
+  const std::string line = out.substr(row, out.find('\n', row) - row);
+  EXPECT_NE(line.find("set"), std::string::npos) << line;
+  EXPECT_NE(line.find("resnet18"), std::string::npos) << line;
+  const size_t lr = out.find("--lr ");
+  EXPECT_NE(out.substr(lr, out.find('\n', lr) - lr).find("default"), std::string::npos);
 }
 
 TEST(CliFlags, SyntheticBenchmarkWritesReport) {

@@ -2,8 +2,9 @@
 //   rn50 train   [flags]            train (and evaluate) ResNet with the DLE RN50 v1.5 recipe
 //   rn50 eval    [flags]            = rn50 train --run-scope eval_only
 //   rn50 predict --from-pretrained-params FILE [flags] IMAGE...
-// Flag names follow NVIDIA DeepLearningExamples (PaddlePaddle RN50 v1.5 train.py); defaults and
-// meanings are documented on TrainConfig (include/rn50/train.h) and PredictConfig (rn50/infer.h).
+// Flag names follow NVIDIA DeepLearningExamples (PaddlePaddle RN50 v1.5 train.py). The train/eval
+// flags come from one table (src/train/flags.h); their meanings are documented on TrainConfig
+// (include/rn50/train.h); predict's on PredictConfig (rn50/infer.h).
 // Exit codes: 0 ok; 1 a run failed (message on stderr); CLI11's codes (>= 100) for flag
 // syntax errors; 2 for flag values rejected after parsing.
 #include <CLI/CLI.hpp>
@@ -12,115 +13,58 @@
 #include <iostream>
 #include <string>
 
+#include <map>
+#include <vector>
+
 #include "core/check.h"
 #include "rn50/data.h"
 #include "rn50/infer.h"
 #include "rn50/train.h"
+#include "train/flags.h"
 
 namespace {
 
 using rn50::TrainConfig;
 
-/// Flag values that need our own parsing (enums), kept as strings until after CLI11 is done.
-struct TrainStrings {
-  std::string run_scope = "train_eval";
-  std::string data = "imagefolder";
-  std::string layout = "NHWC";
+/// The `rn50 train` / `rn50 eval` flags, registered from the flag table (src/train/flags.h):
+/// CLI11 collects each flag's text, the table parses it into TrainConfig.
+struct TrainFlags {
+  unsigned command = rn50::kTrainCommand;
+  std::map<std::string, std::vector<std::string>> text;
+  std::map<std::string, CLI::Option*> option;
 };
 
-void add_train_flags(CLI::App* app, TrainConfig& c, TrainStrings& s, bool with_run_scope) {
-  if (with_run_scope)
-    app->add_option("--run-scope", s.run_scope,
-                    "train_eval | train_only | eval_only (default train_eval)");
-  app->add_option("--epochs", c.epochs, "number of epochs (DLE 90)");
-  app->add_option("--batch-size", c.batch_size, "images per step per process (DLE 256)");
-  app->add_option("--lr", c.lr,
-                  "learning rate per 256 images; base lr = lr * global batch / 256 (DLE 0.256)");
-  app->add_option("--warmup-epochs", c.warmup_epochs,
-                  "epochs of linear lr warmup before the cosine decay (DLE 5)");
-  app->add_option("--momentum", c.momentum, "SGD momentum (DLE 0.875)");
-  app->add_option("--weight-decay", c.weight_decay,
-                  "weight decay on conv and fc weights only (DLE 3.0517578125e-05 = 1/32768)");
-  app->add_option("--label-smoothing", c.label_smoothing, "label smoothing epsilon (DLE 0.1)");
-  app->add_option("--image-root", c.image_root,
-                  "ImageFolder root holding train/<class>/* and val/<class>/*");
-  app->add_option("--crop-size", c.crop_size, "train random-resized-crop / val center-crop size, "
-                  "pixels (224)");
-  app->add_option("--resize-short", c.resize_short,
-                  "val: resize the shorter side to this before the center crop, pixels (256)");
-  app->add_option("--num-of-class", c.num_classes,
-                  "classes of the fc layer (default: class folders of the data; 1000 synthetic)");
-  app->add_option("--arch", c.arch, "resnet18 | resnet34 | resnet50 | resnet101 | resnet152 "
-                  "(default resnet50)");
-  app->add_option("--seed", c.seed,
-                  "seed of the weight init and of the data order/augmentation (default 0)");
-  app->add_option("--workers", c.workers, "decode threads; 0 = all cores (default 0)");
-  app->add_option("--prefetch", c.prefetch, "batches queued ahead per worker (default 2)");
-  app->add_option("--max-bad-fraction", c.max_bad_fraction,
-                  "abort when undecodable files exceed this fraction of an epoch (default 0.001)");
-  app->add_flag("--exact-decode", c.exact_decode,
-                "decode whole images, PIL-exact (default: fast DCT-scaled region decoding)");
-  app->add_option("--worker-cpus", c.worker_cpus, "pin decode worker i to CPU list[i % n]");
-  app->add_option("--eval-interval", c.eval_interval, "evaluate every N epochs (default 1)");
-  app->add_option("--save-interval", c.save_interval,
-                  "checkpoint every N epochs, 0 = never (default 1)");
-  app->add_option("--print-interval", c.print_interval,
-                  "steps between progress lines and report step lines (default 10)");
-  app->add_option("--checkpoint-dir", c.checkpoint_dir,
-                  "checkpoints go to <dir>/<arch>/<epoch>/ (default ./output)");
-  app->add_option("--report-file", c.report_file, "JSON-lines report file (default: none)");
-  app->add_option("--from-checkpoint", c.from_checkpoint,
-                  "resume from <checkpoint-dir>/<arch> (epoch folders) or one epoch folder");
-  app->add_option("--last-epoch-of-checkpoint", c.last_epoch_of_checkpoint,
-                  "epoch folder to resume from: N or auto = the newest complete one (default "
-                  "auto)");
-  app->add_option("--from-pretrained-params", c.from_pretrained_params,
-                  "safetensors file with torchvision state_dict keys to start from");
-  app->add_flag("--benchmark", c.benchmark,
-                "time training steps (report train.ips); no eval, no checkpoints");
-  app->add_option("--benchmark-steps", c.benchmark_steps, "measured benchmark steps (default 50)");
-  app->add_option("--benchmark-warmup-steps", c.benchmark_warmup_steps,
-                  "untimed benchmark steps first (default 10)");
-  app->add_option("--data", s.data, "imagefolder | synthetic (default imagefolder)");
-  app->add_option("--synthetic-samples", c.synthetic_samples,
-                  "samples per epoch of --data synthetic; 0 = automatic (default 0)");
-  app->add_option("--device", c.device,
-                  "auto | cpu | cuda[:N] (default auto: cuda:0 when a GPU is usable, else cpu)");
-  app->add_flag("--amp", c.amp,
-                "mixed precision on CUDA: fp16/bf16 compute, f32 master weights (DLE --amp)");
-  app->add_option("--amp-dtype", c.amp_dtype, "fp16 (loss-scaled) | bf16 (default fp16)");
-  app->add_option("--scale-loss", c.scale_loss,
-                  "initial AMP fp16 loss scale (default 128, as DLE's AMP scripts)");
-  app->add_flag("--use-dynamic-loss-scaling{true}", c.use_dynamic_loss_scaling,
-                "grow/back off the fp16 loss scale like torch GradScaler; "
-                "--use-dynamic-loss-scaling=false keeps --scale-loss fixed (default true)");
-  app->add_flag("--no-tf32", c.no_tf32, "f32 convolutions and GEMMs without TF32 tensor cores");
-  app->add_option("--dist-backend", c.dist_backend,
-                  "auto | single | mpi | nccl (default auto: nccl on GPUs, mpi on CPUs when "
-                  "launched on several processes)");
-  app->add_option("--bucket-size-mb", c.bucket_size_mb,
-                  "gradient allreduce bucket size, MiB (default 25)");
-  app->add_flag("--log-all-ranks", c.log_all_ranks, "every rank prints progress (default rank 0)");
-  app->add_option("--timeout", c.timeout,
-                  "seconds without progress before a rank stops the whole job; 0 = never "
-                  "(default 1800)");
-  app->add_option("--max-nonfinite-steps", c.max_nonfinite_steps,
-                  "consecutive inf/NaN losses tolerated before stopping (default 3)");
-  app->add_flag("--no-cuda-graphs", c.no_cuda_graphs,
-                "run CUDA steps op by op instead of replaying a recorded CUDA graph");
-  app->add_option("--data-layout", s.layout, "activation layout NCHW | NHWC (default NHWC)");
-  app->add_flag("--zero-init-residual", c.zero_init_residual,
-                "zero-init the last BN gamma of each residual branch (default off)");
+void add_train_flags(CLI::App* app, TrainFlags& tf, unsigned command) {
+  tf.command = command;
+  for (const rn50::FlagSpec& f : rn50::train_flags()) {
+    std::vector<std::string>& v = tf.text[f.name];
+    CLI::Option* o;
+    if (f.is_switch()) {
+      o = app->add_flag(f.name, v, f.help_text());  // "true", or the text of --flag=false
+    } else {
+      // CLI11 appends " ..." to list options itself.
+      o = app->add_option(f.name, v, f.help_text())
+              ->type_name(f.is_list() ? f.value_name.substr(0, f.value_name.size() - 4)
+                                      : f.value_name);
+      if (!f.is_list()) o->expected(1)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    }
+    // Flags of the other command are accepted by the parser only to be refused with a reason.
+    if (!(f.commands & command)) o->group("");
+    tf.option[f.name] = o;
+  }
 }
 
-/// Converts the string-valued flags; throws rn50::Error naming the flag.
-void resolve(TrainConfig& c, const TrainStrings& s) {
-  c.run_scope = rn50::parse_run_scope(s.run_scope);
-  c.data = rn50::parse_data_kind(s.data);
-  try {
-    c.data_layout = rn50::parse_layout(s.layout);
-  } catch (const rn50::Error&) {
-    RN50_FAIL("--data-layout '{}': expected NCHW or NHWC", s.layout);
+/// The parsed flags into `c` (TrainConfig::given records them); throws rn50::Error naming a
+/// flag this command does not take, or a value that does not parse.
+void resolve(rn50::TrainConfig& c, const TrainFlags& tf, const char* command) {
+  for (const rn50::FlagSpec& f : rn50::train_flags()) {
+    if (tf.option.at(f.name)->count() == 0) continue;
+    RN50_CHECK(f.commands & tf.command,
+               "{}: rn50 {} does not take it ({}); see rn50 {} --help", f.name, command,
+               tf.command == rn50::kEvalCommand ? "it is a training flag: evaluation trains nothing"
+                                                : "it is an evaluation flag",
+               command);
+    rn50::set_flag(c, f, tf.text.at(f.name));
   }
 }
 
@@ -232,12 +176,12 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("rn50 ") + rn50::kRn50Version);
 
   TrainConfig train_cfg, eval_cfg;
-  TrainStrings train_s, eval_s;
+  TrainFlags train_f, eval_f;
   CLI::App* train = app.add_subcommand("train", "train (and evaluate) a ResNet");
-  add_train_flags(train, train_cfg, train_s, /*with_run_scope=*/true);
+  add_train_flags(train, train_f, rn50::kTrainCommand);
   CLI::App* eval = app.add_subcommand("eval", "evaluate on <image-root>/val "
                                               "(= train --run-scope eval_only)");
-  add_train_flags(eval, eval_cfg, eval_s, /*with_run_scope=*/false);
+  add_train_flags(eval, eval_f, rn50::kEvalCommand);
 
   rn50::PredictConfig pc;
   CLI::App* predict = app.add_subcommand("predict", "classify image files (top-k per image)");
@@ -273,11 +217,11 @@ int main(int argc, char** argv) {
 
   try {
     if (*train) {
-      resolve(train_cfg, train_s);
+      resolve(train_cfg, train_f, "train");
       return rn50::run_train(train_cfg);
     }
     if (*eval) {
-      resolve(eval_cfg, eval_s);
+      resolve(eval_cfg, eval_f, "eval");
       return rn50::run_eval(eval_cfg);
     }
     if (*predict) return rn50::run_predict(pc, std::cout, std::cerr);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -165,10 +166,20 @@ struct TrainConfig {
   /// --max-nonfinite-steps: consecutive steps with an inf/NaN loss tolerated before the run
   /// stops with an error (default 3; AMP overflow steps are skipped, not counted here).
   int max_nonfinite_steps = 3;
+
+  // ---- the command line ----
+  /// --show-config: print the resolved configuration (every flag, its value, set or default)
+  /// before running.
+  bool show_config = false;
+  /// The flags given on the command line ("--lr", ...), filled by the CLI (src/train/flags.h).
+  /// validate() refuses a given flag that has no effect in the configuration (e.g. --scale-loss
+  /// without fp16 --amp); configurations built in code leave it empty.
+  std::set<std::string> given;
 };
 
 /// Checks `cfg` and throws rn50::Error naming the flag and the bad value (e.g. "--epochs -1:
-/// must be >= 1").
+/// must be >= 1"), or naming a flag of cfg.given that has no effect in this configuration and
+/// why (e.g. "--no-tf32: TF32 exists on CUDA GPUs only ...").
 void validate(const TrainConfig& cfg);
 
 /// Trains (and/or evaluates) per cfg.run_scope; prints progress to stdout, errors to stderr.

@@ -1,4 +1,4 @@
-// rn50: TrainConfig <-> JSON (the "config" report line and state.json's "config").
+// rn50: helpers of the resolved training configuration (the flags themselves: train/flags.h).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -12,9 +12,6 @@ inline constexpr const char* kDataHelp =
     "README.md, section 'Getting the data', says how to download Imagenette or turn the "
     "ImageNet-1k archives into this layout with scripts/prepare-imagenet.sh";
 
-/// Every field of `cfg` keyed by its flag name without dashes-> underscores (e.g. "batch_size",
-/// "num_of_class"), enums as their names, layout as "NCHW"/"NHWC".
-nlohmann::ordered_json config_to_json(const TrainConfig& cfg);
 
 /// The model's compute dtype for a config: f32, or f16/bf16 under --amp (--amp-dtype).
 DType compute_dtype(const TrainConfig& cfg);

@@ -26,6 +26,7 @@
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/evaluator.h"
+#include "train/flags.h"
 #include "model/input_stage.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
@@ -403,6 +404,9 @@ void Trainer::run_impl() {
     warn(fmt::format("warning: --warmup-epochs {} >= --epochs {}: the lr stays in the "
                              "linear warmup for the whole run\n",
                              cfg_.warmup_epochs, cfg_.epochs));
+  if (cfg_.show_config)
+    out("{}", config_table(cfg_, cfg_.run_scope == RunScope::eval_only ? kEvalCommand
+                                                                        : kTrainCommand));
   load_weights();
   write_config_line();
   if (cfg_.run_scope == RunScope::eval_only) return run_eval_only();

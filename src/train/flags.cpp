@@ -1,0 +1,398 @@
+// rn50: the flag table (see flags.h). One entry per flag; the helpers below give each kind of
+// value (integer, real, text, switch, choice, list) its parsing, JSON form and check.
+#include "train/flags.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <set>
+
+#include "core/check.h"
+#include "rn50/backend.h"
+#include "rn50/graph.h"
+
+namespace rn50 {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+/// A value problem ("must be >= 1"), or empty when the value is fine.
+template <class T>
+using Problem = std::function<std::string(const T&)>;
+
+std::string key_of(const std::string& name) {
+  std::string k = name.substr(2);
+  for (char& c : k)
+    if (c == '-') c = '_';
+  return k;
+}
+
+const std::string& one_value(const std::string& flag, const std::vector<std::string>& v) {
+  RN50_CHECK(v.size() == 1, "{}: expected one value, got {}", flag, v.size());
+  return v[0];
+}
+
+template <class T>
+T parse_integer(const std::string& flag, const std::string& text) {
+  T v{};
+  const char* end = text.data() + text.size();
+  const auto r = std::from_chars(text.data(), end, v);
+  RN50_CHECK(r.ec == std::errc() && r.ptr == end && !text.empty(),
+             "{} '{}': expected {}", flag, text,
+             r.ec == std::errc::result_out_of_range ? "a smaller integer"
+             : std::is_signed_v<T>                  ? "an integer"
+                                                    : "an integer >= 0");
+  return v;
+}
+
+double parse_real(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  RN50_CHECK(!text.empty() && end == text.c_str() + text.size(), "{} '{}': expected a number",
+             flag, text);
+  return v;
+}
+
+bool parse_bool(const std::string& flag, const std::string& text) {
+  if (text == "true" || text == "1" || text == "yes" || text == "on") return true;
+  if (text == "false" || text == "0" || text == "no" || text == "off") return false;
+  RN50_FAIL("{}={}: expected true or false", flag, text);
+}
+
+FlagSpec base(const char* name, const char* value_name, const char* help, unsigned commands) {
+  FlagSpec f;
+  f.name = name;
+  f.key = key_of(name);
+  f.value_name = value_name;
+  f.help = help;
+  f.commands = commands;
+  return f;
+}
+
+/// An integer field (int, int64_t, uint64_t).
+template <class T>
+FlagSpec integer(const char* name, T TrainConfig::*m, const char* help, unsigned commands,
+                 Problem<T> problem = {}) {
+  FlagSpec f = base(name, "INT", help, commands);
+  f.get = [m](const TrainConfig& c) { return json(c.*m); };
+  f.set = [m, n = f.name](TrainConfig& c, const std::vector<std::string>& v) {
+    c.*m = parse_integer<T>(n, one_value(n, v));
+  };
+  f.check = [m, n = f.name, problem](const TrainConfig& c) {
+    if (!problem) return;
+    const std::string p = problem(c.*m);
+    RN50_CHECK(p.empty(), "{} {}: {}", n, c.*m, p);
+  };
+  return f;
+}
+
+FlagSpec real(const char* name, double TrainConfig::*m, const char* help, unsigned commands,
+              Problem<double> problem) {
+  FlagSpec f = base(name, "FLOAT", help, commands);
+  f.get = [m](const TrainConfig& c) { return json(c.*m); };
+  f.set = [m, n = f.name](TrainConfig& c, const std::vector<std::string>& v) {
+    c.*m = parse_real(n, one_value(n, v));
+  };
+  f.check = [m, n = f.name, problem](const TrainConfig& c) {
+    const double v = c.*m;
+    RN50_CHECK(std::isfinite(v), "{} {}: must be a finite number", n, v);
+    const std::string p = problem ? problem(v) : std::string();
+    RN50_CHECK(p.empty(), "{} {}: {}", n, v, p);
+  };
+  return f;
+}
+
+FlagSpec text(const char* name, std::string TrainConfig::*m, const char* help, unsigned commands,
+              Problem<std::string> problem = {}) {
+  FlagSpec f = base(name, "TEXT", help, commands);
+  f.get = [m](const TrainConfig& c) { return json(c.*m); };
+  f.set = [m, n = f.name](TrainConfig& c, const std::vector<std::string>& v) {
+    c.*m = one_value(n, v);
+  };
+  f.check = [m, n = f.name, problem](const TrainConfig& c) {
+    if (!problem) return;
+    const std::string p = problem(c.*m);
+    RN50_CHECK(p.empty(), "{} '{}': {}", n, c.*m, p);
+  };
+  return f;
+}
+
+FlagSpec switch_(const char* name, bool TrainConfig::*m, const char* help, unsigned commands) {
+  FlagSpec f = base(name, "", help, commands);
+  f.get = [m](const TrainConfig& c) { return json(c.*m); };
+  f.set = [m, n = f.name](TrainConfig& c, const std::vector<std::string>& v) {
+    c.*m = v.empty() ? true : parse_bool(n, v.back());
+  };
+  f.check = [](const TrainConfig&) {};
+  return f;
+}
+
+/// A text field limited to `choices`.
+FlagSpec choice(const char* name, std::string TrainConfig::*m, std::vector<std::string> choices,
+                const char* help, unsigned commands) {
+  std::string names;
+  for (const std::string& c : choices) names += (names.empty() ? "" : "|") + c;
+  FlagSpec f = text(name, m, help, commands, [choices, names](const std::string& v) {
+    for (const std::string& c : choices)
+      if (v == c) return std::string();
+    return fmt::format("expected one of {}", names);
+  });
+  f.value_name = names;
+  return f;
+}
+
+/// An enum field: `names` in order, `parse` the existing parser that throws naming the flag.
+template <class E>
+FlagSpec enumeration(const char* name, E TrainConfig::*m, const char* names,
+                     std::function<E(const std::string&)> parse,
+                     std::function<std::string(E)> to_name, const char* help,
+                     unsigned commands) {
+  FlagSpec f = base(name, names, help, commands);
+  f.get = [m, to_name](const TrainConfig& c) { return json(to_name(c.*m)); };
+  f.set = [m, n = f.name, parse](TrainConfig& c, const std::vector<std::string>& v) {
+    c.*m = parse(one_value(n, v));
+  };
+  f.check = [](const TrainConfig&) {};
+  return f;
+}
+
+template <class T>
+Problem<T> at_least(T lo) {
+  return [lo](const T& v) { return v >= lo ? std::string() : fmt::format("must be >= {}", lo); };
+}
+
+Problem<double> in_range(double lo, double hi, bool hi_open) {
+  return [=](const double& v) {
+    if (v >= lo && (hi_open ? v < hi : v <= hi)) return std::string();
+    return fmt::format("must be in [{}, {}{}", lo, hi, hi_open ? ")" : "]");
+  };
+}
+
+std::vector<FlagSpec> make_table() {
+  const unsigned T = kTrainCommand, B = kTrainAndEval;
+  using C = TrainConfig;
+  std::vector<FlagSpec> t;
+  // ---- what to run ----
+  t.push_back(enumeration<RunScope>(
+      "--run-scope", &C::run_scope, "train_eval|train_only|eval_only", parse_run_scope,
+      [](RunScope s) { return std::string(run_scope_name(s)); },
+      "train and evaluate every --eval-interval epochs, train only, or evaluate only", T));
+  t.push_back(switch_("--benchmark", &C::benchmark,
+                      "time training steps and report train.ips; no evaluation, no checkpoints",
+                      T));
+  t.push_back(integer("--benchmark-steps", &C::benchmark_steps, "measured benchmark steps", T,
+                      at_least(1)));
+  t.push_back(integer("--benchmark-warmup-steps", &C::benchmark_warmup_steps,
+                      "untimed benchmark steps before measuring", T, at_least(0)));
+  t.push_back(switch_("--show-config", &C::show_config,
+                      "print the resolved configuration as a table before running", B));
+  // ---- optimisation (DLE RN50 v1.5) ----
+  t.push_back(integer("--epochs", &C::epochs, "number of epochs (DLE 90)", T, at_least(1)));
+  t.push_back(integer("--batch-size", &C::batch_size,
+                      "images per step per process; global batch = this x processes", B,
+                      at_least(1)));
+  t.push_back(real("--lr", &C::lr,
+                   "learning rate per 256 images; base lr = lr x global batch / 256 (DLE 0.256)",
+                   T, at_least(0.0)));
+  t.push_back(real("--warmup-epochs", &C::warmup_epochs,
+                   "epochs of linear lr warmup before the cosine decay; may be fractional", T,
+                   at_least(0.0)));
+  t.push_back(real("--momentum", &C::momentum, "SGD momentum (DLE 0.875)", T,
+                   in_range(0, 1, true)));
+  t.push_back(real("--weight-decay", &C::weight_decay,
+                   "L2 weight decay on conv and fc weights only (DLE 1/32768)", T, at_least(0.0)));
+  t.push_back(real("--label-smoothing", &C::label_smoothing,
+                   "label smoothing epsilon of the loss (training and validation; DLE 0.1)", B,
+                   in_range(0, 1, true)));
+  t.push_back(integer("--max-nonfinite-steps", &C::max_nonfinite_steps,
+                      "consecutive inf/NaN losses tolerated before the run stops", T,
+                      at_least(1)));
+  // ---- model ----
+  {
+    std::vector<std::string> archs = arch_names();
+    t.push_back(choice("--arch", &C::arch, archs, "architecture", B));
+  }
+  t.push_back(integer("--num-of-class", &C::num_classes,
+                      "classes of the fc layer; 0 = the class folders of the data (1000 for "
+                      "synthetic data)",
+                      B, at_least(0)));
+  t.push_back(switch_("--zero-init-residual", &C::zero_init_residual,
+                      "initialise the last BN gamma of each residual branch with 0", T));
+  t.push_back(enumeration<Layout>(
+      "--data-layout", &C::data_layout, "NCHW|NHWC",
+      [](const std::string& s) {
+        try {
+          return parse_layout(s);
+        } catch (const Error&) {
+          RN50_FAIL("--data-layout '{}': expected NCHW or NHWC", s);
+        }
+      },
+      [](Layout l) { return std::string(layout_name(l)); },
+      "activation memory layout (NHWC: channels last)", B));
+  t.push_back(text("--device", &C::device,
+                   "auto (cuda:0 when a GPU is usable, else cpu) | cpu | cuda | cuda:N", B,
+                   [](const std::string& d) {
+                     resolve_device(d);  // throws naming --device and the reason
+                     return std::string();
+                   }));
+  // ---- precision ----
+  t.push_back(switch_("--amp", &C::amp,
+                      "mixed precision on CUDA (DLE --amp): --amp-dtype compute, f32 master "
+                      "weights, BN and loss",
+                      B));
+  t.push_back(choice("--amp-dtype", &C::amp_dtype, {"fp16", "bf16"},
+                     "--amp compute dtype: fp16 (with loss scaling) or bf16", B));
+  t.push_back(real("--scale-loss", &C::scale_loss, "initial fp16 loss scale (DLE's AMP scripts)",
+                   T, [](const double& v) {
+                     return v > 0 ? std::string() : std::string("must be a number > 0");
+                   }));
+  t.push_back(switch_("--use-dynamic-loss-scaling", &C::use_dynamic_loss_scaling,
+                      "grow/back off the fp16 loss scale as torch GradScaler "
+                      "(--use-dynamic-loss-scaling=false keeps --scale-loss fixed)",
+                      T));
+  t.push_back(switch_("--no-tf32", &C::no_tf32,
+                      "f32 convolutions and GEMMs without TF32 tensor cores (CUDA)", B));
+  t.push_back(switch_("--no-cuda-graphs", &C::no_cuda_graphs,
+                      "run each CUDA training step op by op instead of replaying a recorded "
+                      "CUDA graph",
+                      T));
+  // ---- data ----
+  t.push_back(enumeration<DataKind>(
+      "--data", &C::data, "imagefolder|synthetic", parse_data_kind,
+      [](DataKind k) { return std::string(data_kind_name(k)); },
+      "ImageFolder images (--image-root) or random synthetic images", B));
+  t.push_back(text("--image-root", &C::image_root,
+                   "ImageFolder root holding train/<class>/* and val/<class>/*", B));
+  t.push_back(integer("--synthetic-samples", &C::synthetic_samples,
+                      "samples per epoch of --data synthetic; 0 = batch x benchmark steps with "
+                      "--benchmark, else 1281167",
+                      B, at_least<int64_t>(0)));
+  t.push_back(integer("--crop-size", &C::crop_size,
+                      "train RandomResizedCrop and val center-crop size, pixels", B, at_least(1)));
+  t.push_back(integer("--resize-short", &C::resize_short,
+                      "val: shorter side resized to this before the center crop, pixels", B,
+                      at_least(1)));
+  t.push_back(integer("--workers", &C::workers,
+                      "decode threads; 0 = this process's share of the cores", B, at_least(0)));
+  t.push_back(integer("--prefetch", &C::prefetch, "batches queued ahead per decode worker", B,
+                      at_least(1)));
+  t.push_back(real("--max-bad-fraction", &C::max_bad_fraction,
+                   "stop when undecodable files exceed this fraction of an epoch (each is "
+                   "skipped and counted below it)",
+                   B, in_range(0, 1, false)));
+  t.push_back(switch_("--exact-decode", &C::exact_decode,
+                      "decode whole images, PIL-exact (off: fast DCT-scaled region decoding)",
+                      B));
+  {
+    FlagSpec f = base("--worker-cpus", "INT ...", "pin decode worker i to CPU list[i % n]", B);
+    f.get = [](const TrainConfig& c) { return json(c.worker_cpus); };
+    f.set = [n = f.name](TrainConfig& c, const std::vector<std::string>& v) {
+      c.worker_cpus.clear();
+      for (const std::string& s : v) c.worker_cpus.push_back(parse_integer<int>(n, s));
+    };
+    f.check = [n = f.name](const TrainConfig& c) {
+      for (int cpu : c.worker_cpus) RN50_CHECK(cpu >= 0, "{} {}: CPU ids must be >= 0", n, cpu);
+    };
+    t.push_back(std::move(f));
+  }
+  t.push_back(integer("--seed", &C::seed,
+                      "seed of the weight init and of the data order and augmentation", B));
+  // ---- logging, evaluation, checkpoints ----
+  t.push_back(integer("--print-interval", &C::print_interval,
+                      "steps between progress lines and report step lines", B, at_least(1)));
+  t.push_back(integer("--eval-interval", &C::eval_interval,
+                      "evaluate every N epochs (and after the last)", T, at_least(1)));
+  t.push_back(integer("--save-interval", &C::save_interval,
+                      "checkpoint every N epochs (and after the last); 0 = never", T,
+                      at_least(0)));
+  t.push_back(text("--checkpoint-dir", &C::checkpoint_dir,
+                   "checkpoints go to <dir>/<arch>/<epoch>/", T));
+  t.push_back(text("--report-file", &C::report_file,
+                   "JSON-lines report (config, step, epoch, eval, benchmark lines); empty = none",
+                   B));
+  t.push_back(text("--from-checkpoint", &C::from_checkpoint,
+                   "resume from <checkpoint-dir>/<arch> (epoch folders) or one epoch folder", B));
+  t.push_back(text("--last-epoch-of-checkpoint", &C::last_epoch_of_checkpoint,
+                   "the epoch folder of --from-checkpoint to use: N, or auto = the newest "
+                   "complete one",
+                   B, [](const std::string& le) {
+                     const bool ok = le == "auto" ||
+                                     (!le.empty() && le.size() <= 9 &&
+                                      le.find_first_not_of("0123456789") == std::string::npos);
+                     return ok ? std::string() : std::string("expected 'auto' or an epoch number >= 0");
+                   }));
+  t.push_back(text("--from-pretrained-params", &C::from_pretrained_params,
+                   "safetensors file with torchvision state_dict keys to start from", B));
+  // ---- data parallelism ----
+  t.push_back(choice("--dist-backend", &C::dist_backend, {"auto", "single", "mpi", "nccl"},
+                     "gradient/metric communicator; auto = nccl on GPUs, mpi on CPUs when "
+                     "launched on several processes",
+                     B));
+  t.push_back(real("--bucket-size-mb", &C::bucket_size_mb,
+                   "gradient allreduce bucket size, MiB (torch DDP 25)", T, [](const double& v) {
+                     return v > 0 ? std::string() : std::string("must be a number > 0");
+                   }));
+  t.push_back(switch_("--log-all-ranks", &C::log_all_ranks,
+                      "every rank prints its progress (off: rank 0 only)", B));
+  t.push_back(real("--timeout", &C::timeout,
+                   "seconds without progress after which a rank stops the whole job; 0 = never",
+                   B, at_least(0.0)));
+  return t;
+}
+
+}  // namespace
+
+bool FlagSpec::is_list() const {
+  return value_name.size() > 4 && value_name.compare(value_name.size() - 4, 4, " ...") == 0;
+}
+
+std::string FlagSpec::help_text() const {
+  const json d = get(TrainConfig{});
+  std::string dv = d.is_string() ? d.get<std::string>() : d.dump();
+  if (dv.empty()) dv = "none";
+  return fmt::format("{} (default: {})", help, dv);
+}
+
+const std::vector<FlagSpec>& train_flags() {
+  static const std::vector<FlagSpec> table = make_table();
+  return table;
+}
+
+const FlagSpec& find_flag(const std::string& name) {
+  for (const FlagSpec& f : train_flags())
+    if (f.name == name) return f;
+  RN50_FAIL("no flag named '{}'", name);
+}
+
+void set_flag(TrainConfig& cfg, const FlagSpec& flag, const std::vector<std::string>& values) {
+  flag.set(cfg, values);
+  cfg.given.insert(flag.name);
+}
+
+json config_to_json(const TrainConfig& cfg) {
+  json j;
+  for (const FlagSpec& f : train_flags()) j[f.key] = f.get(cfg);
+  j["world_size"] = cfg.world_size;
+  j["version"] = kRn50Version;
+  return j;
+}
+
+std::string config_table(const TrainConfig& cfg, unsigned command) {
+  size_t w = 0;
+  for (const FlagSpec& f : train_flags())
+    if (f.commands & command) w = std::max(w, f.name.size());
+  std::string out = fmt::format("{:<{}}  {:<10}  {}\n", "flag", w, "source", "value");
+  for (const FlagSpec& f : train_flags()) {
+    if (!(f.commands & command)) continue;
+    const json v = f.get(cfg);
+    out += fmt::format("{:<{}}  {:<10}  {}\n", f.name, w,
+                       cfg.given.count(f.name) ? "set" : "default",
+                       v.is_string() ? v.get<std::string>() : v.dump());
+  }
+  return out;
+}
+
+}  // namespace rn50
