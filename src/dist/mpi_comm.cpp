@@ -3,8 +3,10 @@
 #include "dist/mpi_comm.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 
 #include "core/check.h"
 #include "dist/comm_impl.h"
@@ -177,6 +179,10 @@ void MpiCommunicator::start_watchdog(double timeout_s) {
 
 void MpiCommunicator::abort(const std::string& why) {
   print_abort_message(info_.rank, why);
+  // mpirun forwards each rank's stderr asynchronously but prints its own MPI_ABORT banner at
+  // once: a short pause lets the reason reach the terminal first (seen reversed on a loaded
+  // 2-core machine), so the first line a user reads says what went wrong.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);  // MPI_Abort does not return; in case it does
 }
