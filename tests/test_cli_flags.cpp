@@ -141,8 +141,11 @@ TEST(CliFlags, ShowConfigPrintsEveryFlagWithItsSource) {
                         &out),
             0)
       << out;
-  for (const rn50::FlagSpec& f : rn50::train_flags())
-    if (f.commands & rn50::kTrainCommand) EXPECT_NE(out.find(f.name), std::string::npos) << f.name;
+  for (const rn50::FlagSpec& f : rn50::train_flags()) {
+    if (f.commands & rn50::kTrainCommand) {
+      EXPECT_NE(out.find(f.name), std::string::npos) << f.name;
+    }
+  }
   EXPECT_NE(out.find("--batch-size"), std::string::npos);
   const size_t row = out.find("--arch ");
   ASSERT_NE(row, std::string::npos);

@@ -3,10 +3,9 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/report.h"
 #include "rn50/data.h"
 
 namespace rn50 {
@@ -61,24 +60,22 @@ LoaderBenchResult bench_loader(const LoaderBenchConfig& cfg) {
   r.images = images;
   r.ips = r.seconds > 0 ? double(images) / r.seconds : 0.0;
   r.workers = lo.workers;
-  nlohmann::json j;
-  j["loader.ips"] = r.ips;
-  j["loader.images"] = r.images;
-  j["loader.seconds"] = r.seconds;
-  j["loader.cpu_seconds"] = r.cpu_seconds;
-  j["loader.ips_per_cpu_second"] = r.cpu_seconds > 0 ? double(images) / r.cpu_seconds : 0.0;
-  j["loader.bad_samples"] = src->bad_samples();
-  j["workers"] = lo.workers;
-  j["batch_size"] = lo.batch_size;
-  j["split"] = split;
-  j["exact_decode"] = lo.exact_decode;
-  j["image_root"] = cfg.image_root;
-  r.json = j.dump();
+  ReportRecord rec("loader");
+  rec.set("loader.ips", r.ips);
+  rec.set("loader.images", r.images);
+  rec.set("loader.seconds", r.seconds);
+  rec.set("loader.cpu_seconds", r.cpu_seconds);
+  rec.set("loader.ips_per_cpu_second", r.cpu_seconds > 0 ? double(images) / r.cpu_seconds : 0.0);
+  rec.set("loader.bad_samples", src->bad_samples());
+  rec.set("workers", lo.workers);
+  rec.set("batch_size", lo.batch_size);
+  rec.set("split", split);
+  rec.set("exact_decode", lo.exact_decode);
+  rec.set("image_root", cfg.image_root);
+  r.json = rec.to_json().dump();
   if (!cfg.report_file.empty()) {
-    std::ofstream f(cfg.report_file, std::ios::app);
-    RN50_CHECK(f.good(), "cannot open the report file '{}'", cfg.report_file);
-    f << r.json << '\n';
-    RN50_CHECK(f.good(), "cannot write the report file '{}'", cfg.report_file);
+    ReportWriter w(cfg.report_file, ReportWriter::Mode::append);
+    w.write(rec);
   }
   return r;
 }

@@ -380,6 +380,19 @@ json config_to_json(const TrainConfig& cfg) {
   return j;
 }
 
+std::vector<ReportField> config_flag_fields() {
+  std::vector<ReportField> out;
+  for (const FlagSpec& f : train_flags()) {
+    FieldType t = FieldType::string;
+    if (f.is_switch()) t = FieldType::boolean;
+    else if (f.is_list()) t = FieldType::list;
+    else if (f.value_name == "INT") t = FieldType::integer;
+    else if (f.value_name == "FLOAT") t = FieldType::number;
+    out.push_back({f.key, t, true, false, f.name + ": " + f.help});
+  }
+  return out;
+}
+
 std::string config_table(const TrainConfig& cfg, unsigned command) {
   size_t w = 0;
   for (const FlagSpec& f : train_flags())

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/report.h"
 #include "rn50/train.h"
 
 namespace rn50 {
@@ -58,6 +59,10 @@ void set_flag(TrainConfig& cfg, const FlagSpec& flag, const std::vector<std::str
 /// Every flag's value keyed by FlagSpec::key, then "world_size" and "version": the report's
 /// config line and state.json's "config".
 nlohmann::ordered_json config_to_json(const TrainConfig& cfg);
+
+/// The flags as fields of the report's config line (keys, JSON types from the value kind: INT
+/// integer, FLOAT number, "INT ..." list, switch boolean, TEXT and choices string; help as doc).
+std::vector<ReportField> config_flag_fields();
 
 /// --show-config: the resolved configuration as a text table, one row per flag that `command`
 /// takes (kTrainCommand or kEvalCommand): flag, value, and "set" (given on the command line) or

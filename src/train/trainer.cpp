@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "core/check.h"
+#include "core/report.h"
 #include "rn50/backend.h"
 #include "rn50/data.h"
 #include "rn50/dist.h"
@@ -31,7 +32,6 @@
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
-#include "train/report.h"
 #include "train/train_step.h"
 
 namespace rn50 {
@@ -76,6 +76,16 @@ void out(fmt::format_string<A...> f, A&&... a) {
   std::fflush(stdout);
 }
 
+/// The val.* fields of a record from an evaluation pass.
+void set_val(ReportRecord& r, const EvalResult& ev) {
+  r.set("val.loss", ev.loss);
+  r.set("val.top1", ev.top1);
+  r.set("val.top5", ev.top5);
+  r.set("val.ips", ev.ips);
+  r.set("val.images", ev.images);
+  r.set("val.bad_samples", ev.bad_samples);
+}
+
 class Trainer {
  public:
   /// Reports are written by rank 0 only.
@@ -107,6 +117,12 @@ class Trainer {
   /// since the last call. Fills loss scale / skipped totals for the report.
   void check_amp_skips(int64_t at_step);
   CheckpointState make_state(int epoch) const;
+  /// train.loss_scale and train.skipped_steps, when fp16 loss scaling is on.
+  void set_loss_scale(ReportRecord& r) const {
+    if (!loss_scaling_) return;
+    r.set("train.loss_scale", loss_scale_);
+    r.set("train.skipped_steps", skipped_steps_);
+  }
 
   TrainConfig cfg_;
   ProcessInfo proc_;
@@ -347,30 +363,28 @@ void Trainer::load_weights() {
 }
 
 void Trainer::write_config_line() {
-  json j;
-  j["type"] = "config";
-  json c = config_to_json(cfg_);
-  for (auto& [k, v] : c.items()) j[k] = v;
-  j["num_of_class"] = num_classes_;  // resolved
-  j["classes"] = classes_.size();
-  j["global_batch_size"] = static_cast<int64_t>(cfg_.batch_size) * cfg_.world_size;
-  j["rank"] = proc_.rank;
-  j["launcher"] = proc_.launcher;
-  j["communicator"] = comm_->name();
-  j["base_lr"] = sched_.base_lr;
-  j["steps_per_epoch"] = steps_per_epoch_;
-  j["backend"] = backend_->name();
-  j["resolved_device"] = device_.name;
-  j["compute_dtype"] = dtype_name(model_->options().compute_dtype);
-  j["train.samples"] = train_ ? train_->num_samples() : 0;
-  j["val.samples"] = val_ ? val_->num_samples() : 0;
-  j["params"] = model_->num_params();
+  ReportRecord r("config");
+  r.set_flags(config_to_json(cfg_));
+  r.set("num_of_class", num_classes_);  // resolved
+  r.set("classes", static_cast<int64_t>(classes_.size()));
+  r.set("global_batch_size", static_cast<int64_t>(cfg_.batch_size) * cfg_.world_size);
+  r.set("rank", proc_.rank);
+  r.set("launcher", proc_.launcher);
+  r.set("communicator", comm_->name());
+  r.set("base_lr", sched_.base_lr);
+  r.set("steps_per_epoch", steps_per_epoch_);
+  r.set("backend", backend_->name());
+  r.set("resolved_device", device_.name);
+  r.set("compute_dtype", dtype_name(model_->options().compute_dtype));
+  r.set("train.samples", train_ ? train_->num_samples() : 0);
+  r.set("val.samples", val_ ? val_->num_samples() : 0);
+  r.set("params", model_->num_params());
   if (!resumed_from_.empty()) {
-    j["resumed_from"] = resumed_from_;
-    j["start_epoch"] = start_epoch_;
-    j["start_step"] = global_step_;
+    r.set("resumed_from", resumed_from_);
+    r.set("start_epoch", start_epoch_);
+    r.set("start_step", global_step_);
   }
-  report_.write(j);
+  report_.write(r);
 }
 
 void Trainer::run() {
@@ -422,16 +436,10 @@ void Trainer::run_eval_only() {
                           g_log ? cfg_.print_interval : 0, 0, comm_.get());
   out("eval: loss {:.4f} top1 {:.2f}% top5 {:.2f}% ({} images, {:.1f} img/s, {} bad)\n", r.loss,
       r.top1, r.top5, r.images, r.ips, r.bad_samples);
-  json j;
-  j["type"] = "eval";
-  j["epoch"] = resumed_epoch_ >= 0 ? json(resumed_epoch_) : json(nullptr);
-  j["val.loss"] = json_number(r.loss);
-  j["val.top1"] = json_number(r.top1);
-  j["val.top5"] = json_number(r.top5);
-  j["val.ips"] = json_number(r.ips);
-  j["val.images"] = r.images;
-  j["val.bad_samples"] = r.bad_samples;
-  report_.write(j);
+  ReportRecord rec("eval");
+  rec.set_json("epoch", resumed_epoch_ >= 0 ? json(resumed_epoch_) : json(nullptr));
+  set_val(rec, r);
+  report_.write(rec);
 }
 
 void Trainer::train_step(const Batch& b, double lr, int64_t slot, bool metrics) {
@@ -548,20 +556,15 @@ void Trainer::run_training() {
         out("epoch {} ({}/{}) step {}/{} loss {:.4f} lr {:.6g} img/s {:.1f} eta {}\n", epoch,
             epoch + 1, cfg_.epochs, step_in_epoch, steps_per_epoch_, last, lrs.back(), ips,
             fmt_duration(eta));
-        json j;
-        j["type"] = "step";
-        j["epoch"] = epoch;
-        j["step"] = global_step_;
-        j["train.loss"] = json_number(last);
-        j["train.loss_avg"] =
-            json_number(interval_n ? interval_sum / static_cast<double>(interval_n) : NAN);
-        j["train.lr"] = lrs.back();
-        j["train.ips"] = json_number(ips);
-        if (loss_scaling_) {
-          j["train.loss_scale"] = loss_scale_;
-          j["train.skipped_steps"] = skipped_steps_;
-        }
-        report_.write(j);
+        ReportRecord r("step");
+        r.set("epoch", epoch);
+        r.set("step", global_step_);
+        r.set("train.loss", last);
+        r.set("train.loss_avg", interval_n ? interval_sum / static_cast<double>(interval_n) : NAN);
+        r.set("train.lr", lrs.back());
+        r.set("train.ips", ips);
+        set_loss_scale(r);
+        report_.write(r);
       }
       sizes.clear();
       lrs.clear();
@@ -623,31 +626,20 @@ void Trainer::run_training() {
       line += fmt::format(" | val loss {:.4f} top1 {:.2f}% top5 {:.2f}% ({} images, {:.1f} img/s)",
                           ev.loss, ev.top1, ev.top5, ev.images, ev.ips);
     out("{}\n", line);
-    json j;
-    j["type"] = "epoch";
-    j["epoch"] = epoch;
-    j["step"] = global_step_;
-    j["train.loss"] = json_number(sums.loss());
-    j["train.top1"] = json_number(sums.top1_pct());
-    j["train.top5"] = json_number(sums.top5_pct());
-    j["train.lr"] = last_lr;
-    j["train.ips"] = json_number(ips);
-    j["train.data_time"] = meter.mean_data_time();
-    j["train.compute_time"] = meter.mean_compute_time();
-    j["train.bad_samples"] = bad_all;
-    if (loss_scaling_) {
-      j["train.loss_scale"] = loss_scale_;
-      j["train.skipped_steps"] = skipped_steps_;
-    }
-    if (do_eval) {
-      j["val.loss"] = json_number(ev.loss);
-      j["val.top1"] = json_number(ev.top1);
-      j["val.top5"] = json_number(ev.top5);
-      j["val.ips"] = json_number(ev.ips);
-      j["val.images"] = ev.images;
-      j["val.bad_samples"] = ev.bad_samples;
-    }
-    report_.write(j);
+    ReportRecord r("epoch");
+    r.set("epoch", epoch);
+    r.set("step", global_step_);
+    r.set("train.loss", sums.loss());
+    r.set("train.top1", sums.top1_pct());
+    r.set("train.top5", sums.top5_pct());
+    r.set("train.lr", last_lr);
+    r.set("train.ips", ips);
+    r.set("train.data_time", meter.mean_data_time());
+    r.set("train.compute_time", meter.mean_compute_time());
+    r.set("train.bad_samples", bad_all);
+    set_loss_scale(r);
+    if (do_eval) set_val(r, ev);
+    report_.write(r);
   }
 }
 
@@ -690,14 +682,13 @@ void Trainer::run_benchmark() {
       "data {:.4f} s/step compute {:.4f} s/step\n",
       job_ips, meter.measured_steps(), cfg_.batch_size, proc_.world_size, meter.measured_seconds(),
       meter.mean_data_time(), meter.mean_compute_time());
-  json j;
-  j["type"] = "benchmark";
-  j["train.ips"] = json_number(job_ips);
-  j["train.ips_per_rank"] = json_number(meter.ips());
-  j["world_size"] = proc_.world_size;
-  j["train.data_time"] = meter.mean_data_time();
-  j["train.compute_time"] = meter.mean_compute_time();
-  j["train.loss"] = json_number(last_loss);
+  ReportRecord rec("benchmark");
+  rec.set("train.ips", job_ips);
+  rec.set("train.ips_per_rank", meter.ips());
+  rec.set("world_size", proc_.world_size);
+  rec.set("train.data_time", meter.mean_data_time());
+  rec.set("train.compute_time", meter.mean_compute_time());
+  rec.set("train.loss", last_loss);
   if (bucketer_ && meter.measured_steps() > 0) {
     // Communication per step: the gradient slab's allreduce timed on its own (blocking), and
     // the part of it the steps actually waited for after backward (the rest was hidden).
@@ -712,8 +703,8 @@ void Trainer::run_benchmark() {
     for (int r = 0; r < reps; ++r) comm_->allreduce_sum(slab);
     backend_->synchronize();
     const double full = seconds_between(t0, Clock::now()) / reps;
-    j["allreduce_seconds_per_step"] = full;
-    j["buckets"] = bucketer_->num_buckets();
+    rec.set("allreduce_seconds_per_step", full);
+    rec.set("buckets", bucketer_->num_buckets());
     if (comm_->name() == "nccl") {
       // NCCL waits happen on the device: the exposed share shows in the step time, compare
       // with --dist-backend single at world size 1.
@@ -722,38 +713,35 @@ void Trainer::run_benchmark() {
           full, bucketer_->num_buckets(), cfg_.bucket_size_mb);
     } else {
       const double hidden = full > 0 ? std::clamp(1.0 - exposed / full, 0.0, 1.0) : 0.0;
-      j["allreduce_exposed_seconds_per_step"] = exposed;
-      j["allreduce_hidden_share"] = hidden;
+      rec.set("allreduce_exposed_seconds_per_step", exposed);
+      rec.set("allreduce_hidden_share", hidden);
       out("benchmark: gradient allreduce {:.4f} s per step on its own ({} buckets of <= {} "
           "MiB), {:.4f} s of it exposed after backward: {:.0f}% hidden under backward\n",
           full, bucketer_->num_buckets(), cfg_.bucket_size_mb, exposed, 100 * hidden);
     }
   }
-  j["steps"] = meter.measured_steps();
-  j["warmup_steps"] = warm;
-  j["batch_size"] = cfg_.batch_size;
-  j["images"] = meter.measured_images();
-  j["seconds"] = meter.measured_seconds();
-  j["arch"] = cfg_.arch;
-  j["crop_size"] = cfg_.crop_size;
-  j["data_layout"] = layout_name(cfg_.data_layout);
-  j["backend"] = backend_->name();
-  j["device"] = device_.name;
-  j["precision"] = cfg_.amp ? std::string("amp_") + cfg_.amp_dtype
+  rec.set("steps", meter.measured_steps());
+  rec.set("warmup_steps", warm);
+  rec.set("batch_size", cfg_.batch_size);
+  rec.set("images", meter.measured_images());
+  rec.set("seconds", meter.measured_seconds());
+  rec.set("arch", cfg_.arch);
+  rec.set("crop_size", cfg_.crop_size);
+  rec.set("data_layout", layout_name(cfg_.data_layout));
+  rec.set("backend", backend_->name());
+  rec.set("device", device_.name);
+  rec.set("precision", cfg_.amp ? std::string("amp_") + cfg_.amp_dtype
                             : std::string(cfg_.no_tf32 || backend_->name() != "cuda" ? "fp32"
-                                                                                      : "tf32");
-  j["graph_replayed_steps"] = step_->replayed_steps();
+                                                                                      : "tf32"));
+  rec.set("graph_replayed_steps", step_->replayed_steps());
   const int64_t mem = backend_->device_memory_used_bytes();
   if (mem >= 0) {
-    j["gpu_memory_used_bytes"] = mem;
+    rec.set("gpu_memory_used_bytes", mem);
     out("benchmark: GPU memory in use {:.2f} GiB (device total - free, CUDA context "
         "included)\n", static_cast<double>(mem) / (1 << 30));
   }
-  if (loss_scaling_) {
-    j["train.loss_scale"] = loss_scale_;
-    j["train.skipped_steps"] = skipped_steps_;
-  }
-  report_.write(j);
+  set_loss_scale(rec);
+  report_.write(rec);
 }
 
 }  // namespace

@@ -1,0 +1,353 @@
+#include "core/report.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/check.h"
+
+namespace rn50 {
+namespace {
+
+using json = nlohmann::ordered_json;
+using T = FieldType;
+
+ReportField req(std::string name, FieldType t, std::string doc) {
+  return {std::move(name), t, true, false, std::move(doc)};
+}
+ReportField opt(std::string name, FieldType t, std::string doc) {
+  return {std::move(name), t, false, false, std::move(doc)};
+}
+
+/// The fields every AMP line with loss scaling adds.
+void add_loss_scale(std::vector<ReportField>& f) {
+  f.push_back(opt("train.loss_scale", T::number,
+                  "current loss scale; with fp16 --amp and loss scaling only"));
+  f.push_back(opt("train.skipped_steps", T::integer,
+                  "steps skipped so far for inf/NaN gradients; with fp16 --amp only"));
+}
+
+/// The validation metrics of an evaluation pass; required or not.
+void add_val(std::vector<ReportField>& f, bool required, const std::string& when) {
+  auto add = [&](std::string name, FieldType t, std::string doc) {
+    f.push_back(required ? req(std::move(name), t, std::move(doc))
+                         : opt(std::move(name), t, doc + when));
+  };
+  add("val.loss", T::number, "mean label-smoothed cross-entropy over the val images");
+  add("val.top1", T::number, "top-1 accuracy, percent");
+  add("val.top5", T::number, "top-5 accuracy, percent");
+  add("val.ips", T::number, "evaluation images/s (all ranks)");
+  add("val.images", T::integer, "images evaluated (every val image once, all ranks)");
+  add("val.bad_samples", T::integer, "undecodable val images skipped");
+}
+
+std::vector<ReportRecordType> make_schema() {
+  std::vector<ReportRecordType> s;
+
+  ReportRecordType config{"config", "as the first line of every `rn50 train` / `rn50 eval` report", {},
+                          true};
+  auto& c = config.fields;
+  c.push_back(req("world_size", T::integer, "processes in the job"));
+  c.push_back(req("version", T::string, "rn50 version"));
+  c.push_back(req("num_of_class", T::integer,
+                  "classes of the model, resolved (the flag's 0 = from the dataset)"));
+  c.push_back(req("classes", T::integer, "class folders found in the dataset (0: synthetic)"));
+  c.push_back(req("global_batch_size", T::integer, "--batch-size x world size"));
+  c.push_back(req("rank", T::integer, "rank that wrote the report (always 0)"));
+  c.push_back(req("launcher", T::string, "how the processes were started: none, mpi, slurm"));
+  c.push_back(req("communicator", T::string, "gradient/metric communicator: single, mpi, nccl"));
+  c.push_back(req("base_lr", T::number, "peak learning rate after scaling by the global batch"));
+  c.push_back(req("steps_per_epoch", T::integer, "optimiser steps per epoch (0: eval only)"));
+  c.push_back(req("backend", T::string, "ops backend: ref, onednn, cuda"));
+  c.push_back(req("resolved_device", T::string, "device used, e.g. \"cpu\" or \"cuda:0\""));
+  c.push_back(req("compute_dtype", T::string, "dtype of convolutions/GEMMs: f32, f16, bf16"));
+  c.push_back(req("train.samples", T::integer, "training images (0: eval only)"));
+  c.push_back(req("val.samples", T::integer, "validation images (0: none)"));
+  c.push_back(req("params", T::integer, "trainable parameters"));
+  c.push_back(opt("resumed_from", T::string, "checkpoint folder; with --from-checkpoint only"));
+  c.push_back(opt("start_epoch", T::integer, "first epoch to run; with --from-checkpoint only"));
+  c.push_back(opt("start_step", T::integer, "global step resumed at; with --from-checkpoint only"));
+  s.push_back(std::move(config));
+
+  ReportRecordType step{"step", "every --print-interval steps of training", {}, false};
+  auto& st = step.fields;
+  st.push_back(req("epoch", T::integer, "epoch, 0-based"));
+  st.push_back(req("step", T::integer, "optimiser steps done, whole run"));
+  st.push_back(req("train.loss", T::number, "loss of this step"));
+  st.push_back(req("train.loss_avg", T::number, "mean loss since the previous step line"));
+  st.push_back(req("train.lr", T::number, "learning rate of this step"));
+  st.push_back(req("train.ips", T::number, "training images/s, all ranks"));
+  add_loss_scale(st);
+  s.push_back(std::move(step));
+
+  ReportRecordType epoch{"epoch", "at the end of every training epoch", {}, false};
+  auto& e = epoch.fields;
+  e.push_back(req("epoch", T::integer, "epoch, 0-based"));
+  e.push_back(req("step", T::integer, "optimiser steps done, whole run"));
+  e.push_back(req("train.loss", T::number, "mean training loss of the epoch"));
+  e.push_back(req("train.top1", T::number, "training top-1, percent (augmented images)"));
+  e.push_back(req("train.top5", T::number, "training top-5, percent"));
+  e.push_back(req("train.lr", T::number, "learning rate of the epoch's last step"));
+  e.push_back(req("train.ips", T::number, "images/s, all ranks (first step of the run excluded)"));
+  e.push_back(req("train.data_time", T::number, "mean seconds per step waiting for data"));
+  e.push_back(req("train.compute_time", T::number, "mean seconds per step computing"));
+  e.push_back(req("train.bad_samples", T::integer, "undecodable training images skipped so far"));
+  add_loss_scale(e);
+  add_val(e, false, "; when the epoch was evaluated");
+  s.push_back(std::move(epoch));
+
+  ReportRecordType eval{"eval", "once by `rn50 eval` (--run-scope eval_only)", {}, false};
+  eval.fields.push_back({"epoch", T::integer, true, true,
+                         "epoch of the loaded checkpoint; null for --from-pretrained-params or "
+                         "random weights"});
+  add_val(eval.fields, true, "");
+  s.push_back(std::move(eval));
+
+  ReportRecordType bench{"benchmark", "once at the end of `rn50 train --benchmark`", {}, false};
+  auto& b = bench.fields;
+  b.push_back(req("train.ips", T::number, "images/s of the whole job over the measured steps"));
+  b.push_back(req("train.ips_per_rank", T::number, "images/s of rank 0"));
+  b.push_back(req("world_size", T::integer, "processes in the job"));
+  b.push_back(req("train.data_time", T::number, "mean seconds per measured step waiting for data"));
+  b.push_back(req("train.compute_time", T::number, "mean seconds per measured step computing"));
+  b.push_back(req("train.loss", T::number, "loss of the last step"));
+  b.push_back(opt("allreduce_seconds_per_step", T::number,
+                  "the gradient allreduce timed on its own; with several processes"));
+  b.push_back(opt("buckets", T::integer, "gradient allreduce buckets; with several processes"));
+  b.push_back(opt("allreduce_exposed_seconds_per_step", T::number,
+                  "allreduce time left after backward; MPI communicator only"));
+  b.push_back(opt("allreduce_hidden_share", T::number,
+                  "share of the allreduce hidden under backward, 0-1; MPI communicator only"));
+  b.push_back(req("steps", T::integer, "measured steps (--benchmark-steps)"));
+  b.push_back(req("warmup_steps", T::integer, "untimed steps before (--benchmark-warmup-steps)"));
+  b.push_back(req("batch_size", T::integer, "images per step per process"));
+  b.push_back(req("images", T::integer, "images in the measured steps, rank 0"));
+  b.push_back(req("seconds", T::number, "wall seconds of the measured steps"));
+  b.push_back(req("arch", T::string, "model: resnet50, resnet18, ..."));
+  b.push_back(req("crop_size", T::integer, "input height and width, pixels"));
+  b.push_back(req("data_layout", T::string, "NCHW or NHWC"));
+  b.push_back(req("backend", T::string, "ops backend: ref, onednn, cuda"));
+  b.push_back(req("device", T::string, "device used, e.g. \"cpu\" or \"cuda:0\""));
+  b.push_back(req("precision", T::string, "fp32, tf32, amp_fp16 or amp_bf16"));
+  b.push_back(req("graph_replayed_steps", T::integer, "steps run as a CUDA graph replay"));
+  b.push_back(opt("gpu_memory_used_bytes", T::integer,
+                  "device memory in use (total - free, CUDA context included); on GPUs only"));
+  add_loss_scale(b);
+  s.push_back(std::move(bench));
+
+  ReportRecordType loader{"loader", "by `rn50 bench loader` (appended to --report-file)", {},
+                          false};
+  auto& l = loader.fields;
+  l.push_back(req("loader.ips", T::number, "images/s delivered by the input pipeline"));
+  l.push_back(req("loader.images", T::integer, "images timed"));
+  l.push_back(req("loader.seconds", T::number, "wall seconds timed"));
+  l.push_back(req("loader.cpu_seconds", T::number, "user + system CPU seconds of the process"));
+  l.push_back(req("loader.ips_per_cpu_second", T::number, "images per CPU second"));
+  l.push_back(req("loader.bad_samples", T::integer, "undecodable images skipped"));
+  l.push_back(req("workers", T::integer, "decode threads"));
+  l.push_back(req("batch_size", T::integer, "images per batch"));
+  l.push_back(req("split", T::string, "train or val"));
+  l.push_back(req("exact_decode", T::boolean, "whole-image PIL-exact decoding (--exact-decode)"));
+  l.push_back(req("image_root", T::string, "dataset root"));
+  s.push_back(std::move(loader));
+  return s;
+}
+
+bool type_matches(const nlohmann::json& v, const ReportField& f) {
+  if (v.is_null()) return f.nullable || f.type == FieldType::number;
+  switch (f.type) {
+    case FieldType::integer: return v.is_number_integer();
+    case FieldType::number: return v.is_number();
+    case FieldType::string: return v.is_string();
+    case FieldType::boolean: return v.is_boolean();
+    case FieldType::list: return v.is_array();
+  }
+  return false;
+}
+
+const char* type_of(const nlohmann::json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_number_integer()) return "integer";
+  if (v.is_number()) return "number";
+  return v.type_name();
+}
+
+std::string escape_md(const std::string& s) {
+  std::string o;
+  for (char ch : s) {
+    if (ch == '|') o += "\\|";
+    else o += ch;
+  }
+  return o;
+}
+
+void table(std::string& out, const std::vector<ReportField>& fields) {
+  out += "| field | type | always | meaning |\n|---|---|---|---|\n";
+  for (const ReportField& f : fields)
+    out += fmt::format("| `{}` | {}{} | {} | {} |\n", f.name, field_type_name(f.type),
+                       f.nullable ? " or null" : "", f.required ? "yes" : "no", escape_md(f.doc));
+}
+
+}  // namespace
+
+const char* field_type_name(FieldType t) {
+  switch (t) {
+    case FieldType::integer: return "integer";
+    case FieldType::number: return "number";
+    case FieldType::string: return "string";
+    case FieldType::boolean: return "boolean";
+    case FieldType::list: return "list";
+  }
+  return "?";
+}
+
+const ReportField* ReportRecordType::find(std::string_view name) const {
+  for (const ReportField& f : fields)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+const std::vector<ReportRecordType>& report_schema() {
+  static const std::vector<ReportRecordType> s = make_schema();
+  return s;
+}
+
+const ReportRecordType& report_record_type(std::string_view type) {
+  for (const ReportRecordType& t : report_schema())
+    if (t.type == type) return t;
+  RN50_FAIL("no report record type '{}' (src/core/report.cpp lists them)", type);
+}
+
+ReportRecord::ReportRecord(std::string_view type) : spec_(&report_record_type(type)) {
+  j_["type"] = spec_->type;
+  j_["schema_version"] = kReportSchemaVersion;
+}
+
+ReportRecord& ReportRecord::set_json(std::string_view name, json v) {
+  const ReportField* f = spec_->find(name);
+  RN50_CHECK(f != nullptr,
+             "report record '{}' has no field '{}' (declare it in the schema table, "
+             "src/core/report.cpp)",
+             spec_->type, name);
+  RN50_CHECK(type_matches(v, *f), "report field '{}' of '{}' is {}, got {} ({})", name,
+             spec_->type, field_type_name(f->type), type_of(v), v.dump());
+  j_[std::string(name)] = std::move(v);
+  return *this;
+}
+
+ReportRecord& ReportRecord::set_flags(const json& flags) {
+  RN50_CHECK(spec_->carries_flags, "report record '{}' does not carry flags", spec_->type);
+  RN50_CHECK(flags.is_object(), "report record '{}': flags must be a JSON object", spec_->type);
+  for (const auto& [k, v] : flags.items()) {
+    if (spec_->find(k)) set_json(k, v);
+    else j_[k] = v;
+  }
+  return *this;
+}
+
+json ReportRecord::to_json() const {
+  for (const ReportField& f : spec_->fields)
+    RN50_CHECK(!f.required || j_.contains(f.name),
+               "report record '{}' lacks its required field '{}'", spec_->type, f.name);
+  return j_;
+}
+
+std::vector<std::string> check_report_line(const nlohmann::json& line,
+                                           const std::vector<ReportField>* flag_fields) {
+  std::vector<std::string> p;
+  if (!line.is_object()) return {"not a JSON object"};
+  if (!line.contains("type") || !line["type"].is_string()) return {"no string field \"type\""};
+  const std::string type = line["type"];
+  const ReportRecordType* spec = nullptr;
+  for (const ReportRecordType& t : report_schema())
+    if (t.type == type) spec = &t;
+  if (!spec) return {fmt::format("unknown record type '{}'", type)};
+  if (!line.contains("schema_version") || line["schema_version"] != kReportSchemaVersion)
+    p.push_back(fmt::format("'{}': schema_version is {}, expected {}", type,
+                            line.contains("schema_version") ? line["schema_version"].dump()
+                                                            : "missing",
+                            kReportSchemaVersion));
+  for (const auto& [k, v] : line.items()) {
+    if (k == "type" || k == "schema_version") continue;
+    const ReportField* f = spec->find(k);
+    if (!f && spec->carries_flags) {
+      if (!flag_fields) continue;
+      for (const ReportField& ff : *flag_fields)
+        if (ff.name == k) f = &ff;
+    }
+    if (!f) {
+      p.push_back(fmt::format("'{}': unknown field '{}'", type, k));
+      continue;
+    }
+    if (!type_matches(v, *f))
+      p.push_back(fmt::format("'{}': field '{}' is {}, expected {}", type, k, type_of(v),
+                              field_type_name(f->type)));
+  }
+  for (const ReportField& f : spec->fields)
+    if (f.required && !line.contains(f.name))
+      p.push_back(fmt::format("'{}': required field '{}' missing", type, f.name));
+  if (spec->carries_flags && flag_fields)
+    for (const ReportField& f : *flag_fields)
+      if (f.required && !spec->find(f.name) && !line.contains(f.name))
+        p.push_back(fmt::format("'{}': flag field '{}' missing", type, f.name));
+  return p;
+}
+
+std::string report_schema_markdown(const std::vector<ReportField>& flag_fields) {
+  std::string out = fmt::format(
+      "# rn50 report schema (schema_version {})\n\n"
+      "Generated from `report_schema()` in src/core/report.cpp and the flag table in\n"
+      "src/train/flags.cpp; `test_train_report` fails when this file is out of date (it writes\n"
+      "the current text to build/report-schema.md: copy it here).\n\n"
+      "A report file (`--report-file`) holds one JSON object per line. Every line starts with\n"
+      "`\"type\"` (one of the record types below) and `\"schema_version\"`. Epochs are 0-based\n"
+      "(the checkpoint folder names); `step` counts optimiser steps done; losses are\n"
+      "label-smoothed cross-entropy; top1/top5 are percent; ips are images per wall-clock\n"
+      "second; times are seconds; sizes bytes. A number that is NaN or infinite is written as\n"
+      "null. Fields not marked \"always\" appear only when their condition holds.\n",
+      kReportSchemaVersion);
+  for (const ReportRecordType& t : report_schema()) {
+    out += fmt::format("\n## `{}`\n\nWritten {}.\n\n", t.type, t.written);
+    table(out, t.fields);
+    if (t.carries_flags) {
+      std::vector<ReportField> flags;
+      for (const ReportField& f : flag_fields)
+        if (!t.find(f.name)) flags.push_back(f);
+      out += fmt::format(
+          "\nand every flag of `rn50 train` under its config key (`--batch-size` -> "
+          "`batch_size`), as resolved:\n\n");
+      table(out, flags);
+    }
+  }
+  return out;
+}
+
+ReportWriter::ReportWriter(const std::string& path, Mode mode, std::string what)
+    : path_(path), what_(std::move(what)) {
+  if (path.empty()) return;
+  std::filesystem::path p(path);
+  if (p.has_parent_path()) {
+    std::error_code ec;
+    std::filesystem::create_directories(p.parent_path(), ec);
+    RN50_CHECK(!ec, "{} '{}': cannot create its directory: {}", what_, path, ec.message());
+  }
+  f_ = std::fopen(path.c_str(), mode == Mode::append ? "a" : "w");
+  RN50_CHECK(f_ != nullptr, "{} '{}': cannot open: {}", what_, path, std::strerror(errno));
+}
+
+ReportWriter::~ReportWriter() {
+  if (f_) std::fclose(f_);
+}
+
+void ReportWriter::write(const ReportRecord& record) {
+  if (!f_) return;
+  std::string s =
+      record.to_json().dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  s.push_back('\n');
+  const bool ok = std::fwrite(s.data(), 1, s.size(), f_) == s.size() && std::fflush(f_) == 0;
+  RN50_CHECK(ok, "{} '{}': write failed: {}", what_, path_, std::strerror(errno));
+}
+
+}  // namespace rn50
