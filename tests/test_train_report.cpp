@@ -24,10 +24,10 @@ using json = nlohmann::json;
 TEST(ReportRecord, RefusesUndeclaredFieldsAndWrongTypes) {
   EXPECT_THROW(ReportRecord("no-such-type"), Error);
   ReportRecord r("step");
-  EXPECT_THROW(r.set("train.los", 1.0), Error);     // a typo is not a new field
-  EXPECT_THROW(r.set("epoch", 1.5), Error);         // integer field
-  EXPECT_THROW(r.set("train.lr", "0.1"), Error);    // number field
-  EXPECT_THROW(r.set_flags(json::object()), Error); // step lines carry no flags
+  EXPECT_THROW(r.set("train.los", 1.0), Error);      // a typo is not a new field
+  EXPECT_THROW(r.set("epoch", 1.5), Error);          // integer field
+  EXPECT_THROW(r.set("train.lr", "0.1"), Error);     // number field
+  EXPECT_THROW(r.set_flags(json::object()), Error);  // step lines carry no flags
   r.set("epoch", 0).set("step", 3).set("train.loss", 2.5).set("train.lr", 0.1);
   r.set("train.loss_avg", std::nan(""));  // NaN -> null
   try {
@@ -56,10 +56,10 @@ TEST(ReportRecord, EvalEpochMayBeNullOtherIntegersNot) {
 }
 
 TEST(ReportRecord, CheckFindsEveryKindOfProblem) {
-  const json good = {{"type", "eval"},       {"schema_version", kReportSchemaVersion},
-                     {"epoch", 2},           {"val.loss", 1.0},
-                     {"val.top1", 50.0},     {"val.top5", 90.0},
-                     {"val.ips", 10.0},      {"val.images", 100},
+  const json good = {{"type", "eval"},      {"schema_version", kReportSchemaVersion},
+                     {"epoch", 2},          {"val.loss", 1.0},
+                     {"val.top1", 50.0},    {"val.top5", 90.0},
+                     {"val.ips", 10.0},     {"val.images", 100},
                      {"val.bad_samples", 0}};
   EXPECT_TRUE(check_report_line(good).empty());
   auto problems = [&](auto edit) {
@@ -125,14 +125,17 @@ TEST(ReportSchema, EveryLineRealRunsWriteConforms) {
   const std::string tiny = " --arch resnet18 --crop-size 32 --resize-short 37 --workers 2 ";
   std::string out;
   auto run = [&](const std::string& args, const fs::path& report) {
-    const int rc = run_command(cli + args + tiny + " --report-file " + sh_quote(report.string()),
-                               &out);
+    const int rc =
+        run_command(cli + args + tiny + " --report-file " + sh_quote(report.string()), &out);
     EXPECT_EQ(rc, 0) << args << "\n" << out;
     return check_file(report);
   };
 
-  auto t = run(" train --image-root " + data + " --epochs 1 --warmup-epochs 0 --batch-size 4 "
-               "--print-interval 1 --checkpoint-dir " + ckpt, tmp.path / "train.jsonl");
+  auto t = run(" train --image-root " + data +
+                   " --epochs 1 --warmup-epochs 0 --batch-size 4 "
+                   "--print-interval 1 --checkpoint-dir " +
+                   ckpt,
+               tmp.path / "train.jsonl");
   EXPECT_EQ(t.count("config"), 1u);
   EXPECT_GE(t.count("step"), 2u);
   EXPECT_EQ(t.count("epoch"), 1u);
@@ -140,8 +143,10 @@ TEST(ReportSchema, EveryLineRealRunsWriteConforms) {
   EXPECT_TRUE(epoch.contains("val.top1")) << "the epoch was evaluated: " << epoch.dump();
 
   const std::string last = sh_quote((tmp.path / "ckpt" / "resnet18" / "0").string());
-  auto r = run(" train --image-root " + data + " --epochs 2 --warmup-epochs 0 --batch-size 4 "
-               "--from-checkpoint " + last + " --checkpoint-dir " + ckpt,
+  auto r = run(" train --image-root " + data +
+                   " --epochs 2 --warmup-epochs 0 --batch-size 4 "
+                   "--from-checkpoint " +
+                   last + " --checkpoint-dir " + ckpt,
                tmp.path / "resume.jsonl");
   EXPECT_EQ(r.count("epoch"), 1u);
   EXPECT_TRUE(read_jsonl(tmp.path / "resume.jsonl").at(0).contains("resumed_from"));
@@ -150,9 +155,10 @@ TEST(ReportSchema, EveryLineRealRunsWriteConforms) {
                tmp.path / "eval.jsonl");
   EXPECT_EQ(e.count("eval"), 1u);
 
-  auto b = run(" train --data synthetic --benchmark --benchmark-steps 2 "
-               "--benchmark-warmup-steps 1 --batch-size 2 --num-of-class 10",
-               tmp.path / "bench.jsonl");
+  auto b =
+      run(" train --data synthetic --benchmark --benchmark-steps 2 "
+          "--benchmark-warmup-steps 1 --batch-size 2 --num-of-class 10",
+          tmp.path / "bench.jsonl");
   EXPECT_EQ(b.count("benchmark"), 1u);
 
   const int rc = run_command(cli + " bench loader --image-root " + data +

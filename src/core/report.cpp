@@ -46,8 +46,8 @@ void add_val(std::vector<ReportField>& f, bool required, const std::string& when
 std::vector<ReportRecordType> make_schema() {
   std::vector<ReportRecordType> s;
 
-  ReportRecordType config{"config", "as the first line of every `rn50 train` / `rn50 eval` report", {},
-                          true};
+  ReportRecordType config{
+      "config", "as the first line of every `rn50 train` / `rn50 eval` report", {}, true};
   auto& c = config.fields;
   c.push_back(req("world_size", T::integer, "processes in the job"));
   c.push_back(req("version", T::string, "rn50 version"));
@@ -137,8 +137,8 @@ std::vector<ReportRecordType> make_schema() {
   add_loss_scale(b);
   s.push_back(std::move(bench));
 
-  ReportRecordType loader{"loader", "by `rn50 bench loader` (appended to --report-file)", {},
-                          false};
+  ReportRecordType loader{
+      "loader", "by `rn50 bench loader` (appended to --report-file)", {}, false};
   auto& l = loader.fields;
   l.push_back(req("loader.ips", T::number, "images/s delivered by the input pipeline"));
   l.push_back(req("loader.images", T::integer, "images timed"));
@@ -158,11 +158,16 @@ std::vector<ReportRecordType> make_schema() {
 bool type_matches(const nlohmann::json& v, const ReportField& f) {
   if (v.is_null()) return f.nullable || f.type == FieldType::number;
   switch (f.type) {
-    case FieldType::integer: return v.is_number_integer();
-    case FieldType::number: return v.is_number();
-    case FieldType::string: return v.is_string();
-    case FieldType::boolean: return v.is_boolean();
-    case FieldType::list: return v.is_array();
+    case FieldType::integer:
+      return v.is_number_integer();
+    case FieldType::number:
+      return v.is_number();
+    case FieldType::string:
+      return v.is_string();
+    case FieldType::boolean:
+      return v.is_boolean();
+    case FieldType::list:
+      return v.is_array();
   }
   return false;
 }
@@ -177,8 +182,10 @@ const char* type_of(const nlohmann::json& v) {
 std::string escape_md(const std::string& s) {
   std::string o;
   for (char ch : s) {
-    if (ch == '|') o += "\\|";
-    else o += ch;
+    if (ch == '|')
+      o += "\\|";
+    else
+      o += ch;
   }
   return o;
 }
@@ -194,11 +201,16 @@ void table(std::string& out, const std::vector<ReportField>& fields) {
 
 const char* field_type_name(FieldType t) {
   switch (t) {
-    case FieldType::integer: return "integer";
-    case FieldType::number: return "number";
-    case FieldType::string: return "string";
-    case FieldType::boolean: return "boolean";
-    case FieldType::list: return "list";
+    case FieldType::integer:
+      return "integer";
+    case FieldType::number:
+      return "number";
+    case FieldType::string:
+      return "string";
+    case FieldType::boolean:
+      return "boolean";
+    case FieldType::list:
+      return "list";
   }
   return "?";
 }
@@ -231,8 +243,8 @@ ReportRecord& ReportRecord::set_json(std::string_view name, json v) {
              "report record '{}' has no field '{}' (declare it in the schema table, "
              "src/core/report.cpp)",
              spec_->type, name);
-  RN50_CHECK(type_matches(v, *f), "report field '{}' of '{}' is {}, got {} ({})", name,
-             spec_->type, field_type_name(f->type), type_of(v), v.dump());
+  RN50_CHECK(type_matches(v, *f), "report field '{}' of '{}' is {}, got {} ({})", name, spec_->type,
+             field_type_name(f->type), type_of(v), v.dump());
   j_[std::string(name)] = std::move(v);
   return *this;
 }
@@ -241,8 +253,10 @@ ReportRecord& ReportRecord::set_flags(const json& flags) {
   RN50_CHECK(spec_->carries_flags, "report record '{}' does not carry flags", spec_->type);
   RN50_CHECK(flags.is_object(), "report record '{}': flags must be a JSON object", spec_->type);
   for (const auto& [k, v] : flags.items()) {
-    if (spec_->find(k)) set_json(k, v);
-    else j_[k] = v;
+    if (spec_->find(k))
+      set_json(k, v);
+    else
+      j_[k] = v;
   }
   return *this;
 }
@@ -265,10 +279,10 @@ std::vector<std::string> check_report_line(const nlohmann::json& line,
     if (t.type == type) spec = &t;
   if (!spec) return {fmt::format("unknown record type '{}'", type)};
   if (!line.contains("schema_version") || line["schema_version"] != kReportSchemaVersion)
-    p.push_back(fmt::format("'{}': schema_version is {}, expected {}", type,
-                            line.contains("schema_version") ? line["schema_version"].dump()
-                                                            : "missing",
-                            kReportSchemaVersion));
+    p.push_back(
+        fmt::format("'{}': schema_version is {}, expected {}", type,
+                    line.contains("schema_version") ? line["schema_version"].dump() : "missing",
+                    kReportSchemaVersion));
   for (const auto& [k, v] : line.items()) {
     if (k == "type" || k == "schema_version") continue;
     const ReportField* f = spec->find(k);

@@ -33,11 +33,11 @@ enum class FieldType { integer, number, string, boolean, list };
 const char* field_type_name(FieldType t);
 
 struct ReportField {
-  std::string name;      ///< "train.loss"
+  std::string name;  ///< "train.loss"
   FieldType type;
-  bool required = true;  ///< present in every record of its type (else: when documented)
-  bool nullable = false; ///< null allowed (always allowed for FieldType::number)
-  std::string doc;       ///< meaning and unit; for optional fields, when it is written
+  bool required = true;   ///< present in every record of its type (else: when documented)
+  bool nullable = false;  ///< null allowed (always allowed for FieldType::number)
+  std::string doc;        ///< meaning and unit; for optional fields, when it is written
 };
 
 struct ReportRecordType {
