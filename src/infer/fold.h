@@ -1,0 +1,70 @@
+// rn50 inference: the network description (rn50/graph.h) turned into an inference program, with
+// every BatchNorm folded into the convolution before it and every ReLU and residual add fused
+// into the convolution that produces their input (the post-ops oneDNN and cuDNN apply in the
+// convolution's epilogue). The inference engine, the exporters and INT8 calibration walk this
+// program; it holds host f32 weights, in torchvision's layouts.
+//
+// Folding (eval-mode BatchNorm, torch.nn.BatchNorm2d: y = gamma (x - mean) / sqrt(var + eps) +
+// beta), per output channel k with s = gamma[k] / sqrt(var[k] + eps), computed in double:
+//   W'[k, c, r, s] = W[k, c, r, s] * s        b'[k] = beta[k] - mean[k] * s
+// as torch.nn.utils.fusion.fuse_conv_bn_weights.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "rn50/graph.h"
+#include "rn50/tensor.h"
+
+namespace rn50 {
+
+/// One operation of the inference program. Values are numbered by the index (in
+/// NetworkDesc::layers) of the last layer an op absorbs; value 0 is the network input.
+struct InferOp {
+  enum class Kind : uint8_t { conv, maxpool, global_avgpool, fc };
+  Kind kind = Kind::conv;
+  /// conv: the convolution's module name ("conv1", "layer1.0.conv2", "layer2.0.downsample.0");
+  /// others: the layer's name ("maxpool", "avgpool", "fc").
+  std::string name;
+  int input = 0;   ///< value read
+  int output = 0;  ///< value written
+  /// conv: the value added to the convolution's biased output before the ReLU (the residual
+  /// shortcut of a block's last conv: a sum post-op), or -1.
+  int residual = -1;
+  bool relu = false;  ///< conv: ReLU applied last
+  ConvSpec conv;      ///< kind == conv
+  PoolSpec pool;      ///< kind == maxpool
+  /// conv: f32 (K, C, R, S) OIHW with the BN folded in; fc: f32 (classes, C).
+  Tensor weight;
+  /// conv: f32 (K), the folded BN shift (0 where no BN follows); fc: f32 (classes).
+  Tensor bias;
+  /// conv: the BatchNorm folded in ("layer1.0.bn2"), or empty.
+  std::string folded_bn;
+};
+
+/// The whole program: ops in an order where each op's inputs (and residual) are computed
+/// before it. A block's last conv (which adds the shortcut) runs after the shortcut's ops.
+struct InferenceProgram {
+  std::string arch;
+  int num_classes = 0;
+  int64_t feature_channels = 0;
+  std::vector<InferOp> ops;
+  /// For each value (layer index), the index into ops of the op that writes it; -1 for the
+  /// input and for layers absorbed into an op (their outputs are never materialised).
+  std::vector<int> producer;
+  /// Index of the op writing the logits (the fc), always ops.size() - 1.
+  int logits_op() const { return static_cast<int>(ops.size()) - 1; }
+};
+
+/// Builds the program of `desc` with the weights of `state_dict` (host tensors keyed by
+/// torchvision names, f32; every parameter and running_mean/running_var of `desc` must be
+/// present with its shape). bn_eps: BatchNorm epsilon (torch's 1e-5). Throws rn50::Error naming
+/// the key on a missing or misshapen tensor, and naming the layer when the description has a
+/// sequence the folder does not know (a BatchNorm not right after a conv, a ReLU or add whose
+/// input is not a conv's, a conv/BN output read by more than one layer).
+InferenceProgram fold_network(const NetworkDesc& desc,
+                              const std::map<std::string, Tensor>& state_dict,
+                              double bn_eps = 1e-5);
+
+}  // namespace rn50
