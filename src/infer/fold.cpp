@@ -1,11 +1,10 @@
-#include "infer/fold.h"
-
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
+#include "rn50/inference.h"
 
 namespace rn50 {
 namespace {

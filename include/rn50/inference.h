@@ -1,8 +1,10 @@
-// rn50 inference: the network description (rn50/graph.h) turned into an inference program, with
-// every BatchNorm folded into the convolution before it and every ReLU and residual add fused
-// into the convolution that produces their input (the post-ops oneDNN and cuDNN apply in the
-// convolution's epilogue). The inference engine, the exporters and INT8 calibration walk this
-// program; it holds host f32 weights, in torchvision's layouts.
+// rn50: inference — the network description (rn50/graph.h) turned into an inference program,
+// and the engine that runs it.
+//
+// The program: every BatchNorm folded into the convolution before it and every ReLU and
+// residual add fused into the convolution that produces their input (the post-ops oneDNN and
+// cuDNN apply in the convolution's epilogue). The engine, the exporters and INT8 calibration
+// walk it; it holds host f32 weights in torchvision's layouts.
 //
 // Folding (eval-mode BatchNorm, torch.nn.BatchNorm2d: y = gamma (x - mean) / sqrt(var + eps) +
 // beta), per output channel k with s = gamma[k] / sqrt(var[k] + eps), computed in double:
@@ -11,9 +13,11 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "rn50/error.h"
 #include "rn50/graph.h"
 #include "rn50/tensor.h"
 
@@ -66,5 +70,38 @@ struct InferenceProgram {
 InferenceProgram fold_network(const NetworkDesc& desc,
                               const std::map<std::string, Tensor>& state_dict,
                               double bn_eps = 1e-5);
+
+/// Options of an inference engine.
+struct EngineOptions {
+  /// "cpu" (oneDNN). Others are refused with an Error until their engine exists.
+  std::string device = "cpu";
+  /// "fp32". bf16 and int8 are refused with an Error until they exist.
+  std::string precision = "fp32";
+};
+
+/// Runs an InferenceProgram forward only: weights pre-packed once in the layout the backend
+/// prefers, activations NHWC, no gradient or BatchNorm-statistics buffers. Primitives and
+/// activation buffers are built on the first call for an input shape and reused by later calls
+/// with that shape.
+///
+/// Threads: one engine may be shared; concurrent run() calls are serialised by an internal
+/// mutex (each call uses every core through oneDNN's OpenMP threads). For calls that overlap,
+/// create one engine per thread.
+class InferenceEngine {
+ public:
+  virtual ~InferenceEngine() = default;
+  /// Logits, f32 host (N, classes), of `x`: host f32 (N, 3, H, W) in Layout::NCHW or NHWC,
+  /// normalised as in training (ImageNet mean/std). Throws rn50::Error naming the shape when x
+  /// is not such a tensor or is too small for the network.
+  virtual Tensor run(const Tensor& x) = 0;
+  virtual int num_classes() const = 0;
+  virtual const std::string& precision() const = 0;
+  virtual const InferenceProgram& program() const = 0;
+};
+
+/// An engine for `program` on opt.device in opt.precision. Throws rn50::Error naming the device
+/// or precision when no engine exists for it.
+std::unique_ptr<InferenceEngine> make_inference_engine(InferenceProgram program,
+                                                       const EngineOptions& opt = {});
 
 }  // namespace rn50

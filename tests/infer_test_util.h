@@ -1,0 +1,39 @@
+// Helpers of the inference tests: a model with random BatchNorm parameters and statistics.
+#pragma once
+
+#include <map>
+#include <random>
+#include <string>
+
+#include "rn50/model.h"
+#include "rn50/tensor.h"
+
+namespace rn50 {
+
+/// The model's state with random BN parameters and running statistics (var in [0.2, 2]), as
+/// host tensors; loads them back into the model too.
+inline std::map<std::string, Tensor> randomise_bn(ResNet& model, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f), pos(0.2f, 2.f);
+  std::map<std::string, Tensor> sd;
+  for (auto& [name, t] : model.state_dict()) {
+    auto ends = [&](const char* s) {
+      const std::string e(s);
+      return name.size() > e.size() && name.compare(name.size() - e.size(), e.size(), e) == 0;
+    };
+    const bool bn = name.find(".bn") != std::string::npos || name.find("bn1") == 0 ||
+                    name.find("downsample.1") != std::string::npos;
+    if (bn && t.dtype() == DType::f32) {
+      float* p = t.data_as<float>();
+      for (int64_t i = 0; i < t.numel(); ++i)
+        p[i] = ends(".running_var") ? pos(gen)
+               : ends(".weight")    ? 1.f + 0.5f * u(gen)
+                                    : 0.5f * u(gen);
+    }
+    sd.emplace(name, t);
+  }
+  model.load_state_dict(sd);
+  return sd;
+}
+
+}  // namespace rn50

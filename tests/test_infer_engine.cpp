@@ -1,0 +1,142 @@
+// The CPU inference engine (rn50/inference.h): its logits equal the training graph's in eval
+// mode (reference backend, float64 accumulation) on random weights and BN statistics, for NCHW
+// and NHWC input and across batch sizes (plans and buffers reused); concurrent calls from
+// several threads on one engine give the same logits as one call; bad input and unsupported
+// options give clear errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "infer_test_util.h"
+#include "rn50/backend.h"
+#include "rn50/error.h"
+#include "rn50/inference.h"
+#include "rn50/model.h"
+
+namespace rn50 {
+namespace {
+
+struct Fixture {
+  std::unique_ptr<Backend> be = make_backend("ref");
+  std::unique_ptr<ResNet> model;
+  std::map<std::string, Tensor> sd;
+  int classes;
+  Fixture(const std::string& arch, int k) : classes(k) {
+    ModelOptions opt;
+    opt.num_classes = k;
+    opt.layout = Layout::NCHW;
+    model = std::make_unique<ResNet>(*be, arch_from_name(arch), opt);
+    model->init(21);
+    sd = randomise_bn(*model, 22);
+  }
+  /// Eval-mode logits of the training graph on the reference backend.
+  Tensor reference(const Tensor& x) {
+    Tensor xd = be->alloc(x.shape(), DType::f32, Layout::NCHW);
+    be->copy(x, xd);
+    const Tensor& y = model->forward(xd, /*train=*/false);
+    Tensor h = Tensor::empty(y.shape(), DType::f32);
+    be->copy(y, h);
+    be->synchronize();
+    return h;
+  }
+  std::unique_ptr<InferenceEngine> engine() {
+    return make_inference_engine(fold_network(model->desc(), sd));
+  }
+};
+
+Tensor random_images(int64_t n, int64_t hw, uint64_t seed) {
+  Tensor x = Tensor::empty({n, 3, hw, hw}, DType::f32);
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> nd;
+  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = nd(gen);
+  return x;
+}
+
+void expect_close(const Tensor& got, const Tensor& want, double rel, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  double scale = 0;
+  for (int64_t i = 0; i < want.numel(); ++i)
+    scale = std::max(scale, std::fabs(double(want.data_as<float>()[i])));
+  ASSERT_GT(scale, 1e-3) << what << ": logits too small to compare";
+  for (int64_t i = 0; i < want.numel(); ++i)
+    ASSERT_NEAR(got.data_as<float>()[i], want.data_as<float>()[i], rel * scale)
+        << what << " logit " << i;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+class InferEngine : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(InferEngine, LogitsEqualTheTrainingGraphInEvalMode) {
+  Fixture f(GetParam(), 9);
+  auto eng = f.engine();
+  EXPECT_EQ(eng->num_classes(), 9);
+  EXPECT_EQ(eng->precision(), "fp32");
+  for (int64_t n : {3, 1, 3}) {  // a new shape, then the first shape's plan again
+    const Tensor x = random_images(n, 64, 100 + n);
+    const Tensor want = f.reference(x);
+    const Tensor got = eng->run(x);
+    expect_close(got, want, 1e-4, std::string(GetParam()) + " batch " + std::to_string(n));
+    EXPECT_TRUE(same_bits(eng->run(x), got)) << "a second call on the same plan differs";
+    expect_close(eng->run(x.to_layout(Layout::NHWC)), want, 1e-4, "NHWC input");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, InferEngine, ::testing::Values("resnet18", "resnet50"));
+
+TEST(InferEngineThreads, ConcurrentCallsOnOneEngineGiveTheSameLogits) {
+  Fixture f("resnet18", 5);
+  auto eng = f.engine();
+  std::vector<Tensor> inputs, expected;
+  for (int t = 0; t < 4; ++t) {
+    inputs.push_back(random_images(1 + t % 2, 48, 200 + t));  // two batch sizes, two plans
+    expected.push_back(eng->run(inputs.back()));
+  }
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < 3; ++r)
+        if (!same_bits(eng->run(inputs[static_cast<size_t>(t)]), expected[static_cast<size_t>(t)]))
+          ++mismatches[static_cast<size_t>(t)];
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[static_cast<size_t>(t)], 0) << "thread " << t;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(InferEngineErrors, BadInputsAndUnsupportedOptionsAreNamed) {
+  Fixture f("resnet18", 3);
+  auto eng = f.engine();
+  const std::string four = error_of([&] { eng->run(Tensor::zeros({1, 4, 32, 32}, DType::f32)); });
+  EXPECT_NE(four.find("(N, 3, H, W)"), std::string::npos) << four;
+  const std::string f16 = error_of([&] { eng->run(Tensor::zeros({1, 3, 32, 32}, DType::f16)); });
+  EXPECT_NE(f16.find("f32"), std::string::npos) << f16;
+  EngineOptions o;
+  o.precision = "int8";
+  const std::string p =
+      error_of([&] { make_inference_engine(fold_network(f.model->desc(), f.sd), o); });
+  EXPECT_NE(p.find("--precision int8"), std::string::npos) << p;
+  o.precision = "fp32";
+  o.device = "cuda";
+  const std::string d =
+      error_of([&] { make_inference_engine(fold_network(f.model->desc(), f.sd), o); });
+  EXPECT_NE(d.find("--device cuda"), std::string::npos) << d;
+}
+
+}  // namespace
+}  // namespace rn50
