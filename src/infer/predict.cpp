@@ -1,7 +1,8 @@
 // rn50 predict: classify image files with weights from a safetensors file (torchvision keys).
 // Per image: decode (PIL-exact, data/decode.h) -> Resize(resize_short) + CenterCrop(crop)
 // (torchvision eval transform, data/transforms.h) -> normalize_u8 (ImageNet mean/std) on the
-// backend -> forward(train=false) -> softmax in fp32 on the host -> top-k (ties: lower index).
+// backend -> the inference engine (CPU: rn50/inference.h) or the training graph in eval mode
+// (GPU) -> softmax in fp32 on the host -> top-k (ties: lower index).
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -16,13 +17,14 @@
 #include "core/safetensors.h"
 #include "data/decode.h"
 #include "data/transforms.h"
-#include "rn50/backend.h"
-#include "rn50/data.h"
-#include "rn50/model.h"
-#include "rn50/infer.h"
 #include "model/input_stage.h"
 #include "model/logits.h"
 #include "model/weights.h"
+#include "rn50/backend.h"
+#include "rn50/data.h"
+#include "rn50/infer.h"
+#include "rn50/inference.h"
+#include "rn50/model.h"
 
 namespace rn50 {
 namespace {
@@ -55,11 +57,28 @@ std::map<int64_t, ClassName> read_classes_tsv(const std::string& path) {
                  lineno);
       continue;  // header
     }
-    RN50_CHECK(cols.size() >= 2, "--classes '{}' line {}: expected index<TAB>synset<TAB>name",
-               path, lineno);
+    RN50_CHECK(cols.size() >= 2, "--classes '{}' line {}: expected index<TAB>synset<TAB>name", path,
+               lineno);
     out[std::stoll(cols[0])] = {cols[1], cols.size() >= 3 ? cols[2] : cols[1]};
   }
   return out;
+}
+
+/// The file's tensors as f32 host tensors keyed by torchvision names, for fold_network; an
+/// fc.weight of another class count is refused with the --num-of-class that matches the file.
+std::map<std::string, Tensor> state_dict_f32(const SafeTensorsFile& file, const std::string& path,
+                                             int num_classes) {
+  std::map<std::string, Tensor> sd;
+  for (const auto& [k, t] : file.tensors) {
+    if (t.dtype() == DType::i64) continue;  // num_batches_tracked
+    sd.emplace(k, to_f32(t, fmt::format("'{}' in '{}'", k, path)));
+  }
+  auto fc = sd.find("fc.weight");
+  RN50_CHECK(fc == sd.end() || fc->second.ndim() != 2 || fc->second.dim(0) == num_classes,
+             "--from-pretrained-params '{}': fc.weight has {} classes, the model {} (pass "
+             "--num-of-class {})",
+             path, fc->second.dim(0), num_classes, fc->second.dim(0));
+  return sd;
 }
 
 }  // namespace
@@ -98,7 +117,8 @@ int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err) 
         try {
           auto j = nlohmann::json::parse(read_file(state.string()));
           auto cls = j.value("classes", std::vector<std::string>{});
-          for (size_t i = 0; i < cls.size(); ++i) names[static_cast<int64_t>(i)] = ClassName{cls[i], ""};
+          for (size_t i = 0; i < cls.size(); ++i)
+            names[static_cast<int64_t>(i)] = ClassName{cls[i], ""};
         } catch (const std::exception&) {
           // not an rn50 state file: indices only
         }
@@ -111,9 +131,19 @@ int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err) 
     ModelOptions mo;
     mo.num_classes = num_classes;
     mo.layout = Layout::NHWC;
-    ResNet model(*backend, arch_from_name(arch), mo);
-    model.init(0);
-    load_pretrained_params(file, cfg.weights, model);
+    // CPU: the inference engine (BN folded, fused post-ops, no training buffers). GPU: the
+    // training graph in eval mode until the GPU engine exists.
+    std::unique_ptr<InferenceEngine> engine;
+    std::unique_ptr<ResNet> model;
+    if (dev.backend == "cuda") {
+      model = std::make_unique<ResNet>(*backend, arch_from_name(arch), mo);
+      model->init(0);
+      load_pretrained_params(file, cfg.weights, *model);
+    } else {
+      engine = make_inference_engine(fold_network(describe(arch_from_name(arch), num_classes),
+                                                  state_dict_f32(file, cfg.weights, num_classes),
+                                                  mo.bn_eps));
+    }
 
     InputStage input(*backend, mo.layout, mo.compute_dtype, num_classes, 1);
     Batch b;
@@ -134,9 +164,13 @@ int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err) 
         continue;
       }
       input.load(b);
-      const Tensor& logits = model.forward(input.x(), /*train=*/false);
-      backend->copy(logits, host_logits);
-      backend->synchronize();
+      if (engine) {
+        backend->synchronize();
+        host_logits = engine->run(input.x());
+      } else {
+        backend->copy(model->forward(input.x(), /*train=*/false), host_logits);
+        backend->synchronize();
+      }
       softmax_row(host_logits.data_as<float>(), num_classes, probs.data());
       std::vector<int64_t> idx = topk_indices(probs.data(), num_classes, top);
       auto label = [&](int64_t i) -> std::pair<std::string, std::string> {
