@@ -6,11 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <random>
+#include <sstream>
 #include <thread>
 
+#include "core/report.h"
 #include "infer_test_util.h"
 #include "rn50/backend.h"
 #include "rn50/error.h"
@@ -136,6 +140,58 @@ TEST(InferEngineErrors, BadInputsAndUnsupportedOptionsAreNamed) {
   const std::string d =
       error_of([&] { make_inference_engine(fold_network(f.model->desc(), f.sd), o); });
   EXPECT_NE(d.find("--device cuda"), std::string::npos) << d;
+}
+
+}  // namespace
+}  // namespace rn50
+
+namespace rn50 {
+namespace {
+
+TEST(InferBench, PercentileIsNumpysLinearInterpolation) {
+  // numpy.percentile([10, 1, 4, 3, 2], q) for q = 0, 50, 90, 99, 100.
+  const std::vector<double> v{10, 1, 4, 3, 2};
+  EXPECT_DOUBLE_EQ(percentile(v, 0), 1.0);
+  EXPECT_DOUBLE_EQ(percentile(v, 50), 3.0);
+  EXPECT_DOUBLE_EQ(percentile(v, 90), 7.6);
+  EXPECT_DOUBLE_EQ(percentile(v, 99), 9.76);
+  EXPECT_DOUBLE_EQ(percentile(v, 100), 10.0);
+  EXPECT_THROW(percentile({}, 50), Error);
+}
+
+TEST(InferBench, WritesOneConformingLinePerBatchSize) {
+  const std::string report = std::string(RN50_BINARY_DIR) + "/infer_bench_test.jsonl";
+  std::remove(report.c_str());
+  InferBenchConfig c;
+  c.arch = "resnet18";
+  c.num_classes = 4;
+  c.batch_sizes = {1, 3};
+  c.crop_size = 32;
+  c.steps = 4;
+  c.warmup_steps = 1;
+  c.report_file = report;
+  std::ostringstream out;
+  const auto points = bench_infer(c, out);
+  ASSERT_EQ(points.size(), 2u);
+  for (const InferBenchPoint& p : points) {
+    EXPECT_GT(p.ips, 0);
+    EXPECT_LE(p.latency_p50_ms, p.latency_p90_ms);
+    EXPECT_LE(p.latency_p90_ms, p.latency_p99_ms);
+    EXPECT_NEAR(p.ips, p.batch_size * 1e3 / p.latency_avg_ms, 1e-6 * p.ips);
+  }
+  EXPECT_NE(out.str().find("p99 ms"), std::string::npos) << out.str();
+  std::ifstream f(report);
+  std::string line;
+  int n = 0;
+  while (std::getline(f, line)) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_TRUE(check_report_line(j).empty()) << line;
+    EXPECT_EQ(j["batch_size"], c.batch_sizes[static_cast<size_t>(n)]);
+    ++n;
+  }
+  EXPECT_EQ(n, 2);
+  c.batch_sizes = {0};
+  EXPECT_THROW(bench_infer(c, out), Error);
 }
 
 }  // namespace

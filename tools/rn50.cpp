@@ -19,6 +19,7 @@
 #include "core/check.h"
 #include "rn50/data.h"
 #include "rn50/infer.h"
+#include "rn50/inference.h"
 #include "rn50/train.h"
 #include "train/flags.h"
 
@@ -79,6 +80,8 @@ struct DataCommands {
   int check_workers = 0;
   rn50::LoaderBenchConfig lb;
   std::string lb_split = "train";
+  CLI::App* bench_infer = nullptr;
+  rn50::InferBenchConfig ib;
 };
 
 void add_data_commands(CLI::App& app, DataCommands& d) {
@@ -120,6 +123,27 @@ void add_data_commands(CLI::App& app, DataCommands& d) {
                              "untimed batches first (default 2)");
   d.bench_loader->add_option("--report-file", d.lb.report_file,
                              "append the JSON result line to this file");
+
+  d.bench_infer = d.bench->add_subcommand(
+      "infer", "inference throughput and latency (avg, p50, p90, p95, p99) per batch size, with "
+               "the inference engine (BN folded, fused post-ops)");
+  rn50::InferBenchConfig& ib = d.ib;
+  d.bench_infer->add_option("--arch", ib.arch, "architecture (resnet50)");
+  d.bench_infer->add_option("--num-of-class", ib.num_classes,
+                            "classes (1000; 0 with weights = from fc.weight)");
+  d.bench_infer->add_option("--from-pretrained-params", ib.weights,
+                            "safetensors weights (default: Kaiming-initialised, same speed)");
+  d.bench_infer->add_option("--batch-sizes", ib.batch_sizes, "batch sizes (default 1 32)")
+      ->delimiter(',');
+  d.bench_infer->add_option("--crop-size", ib.crop_size, "input size, pixels (224)");
+  d.bench_infer->add_option("--benchmark-steps", ib.steps, "timed calls per batch size (20)");
+  d.bench_infer->add_option("--benchmark-warmup-steps", ib.warmup_steps,
+                            "untimed calls first (3)");
+  d.bench_infer->add_option("--precision", ib.engine.precision, "fp32 (bf16, int8: not yet)");
+  d.bench_infer->add_option("--device", ib.engine.device, "cpu (the GPU engine: not yet)");
+  d.bench_infer->add_option("--seed", ib.seed, "seed of the weights and input (0)");
+  d.bench_infer->add_option("--report-file", ib.report_file,
+                            "append one JSON line per batch size to this file");
 }
 
 /// check-data: class list to stdout / --output, summary and one line per problem to stderr.
@@ -227,6 +251,10 @@ int main(int argc, char** argv) {
     if (*predict) return rn50::run_predict(pc, std::cout, std::cerr);
     if (*data_cmds.check) return run_check_data(data_cmds);
     if (*data_cmds.bench_loader) return run_bench_loader(data_cmds);
+    if (*data_cmds.bench_infer) {
+      rn50::bench_infer(data_cmds.ib, std::cout);
+      return 0;
+    }
   } catch (const rn50::Error& e) {
     std::cerr << "error: " << rn50::error_text(e) << "\n";
     return 2;

@@ -104,4 +104,40 @@ class InferenceEngine {
 std::unique_ptr<InferenceEngine> make_inference_engine(InferenceProgram program,
                                                        const EngineOptions& opt = {});
 
+/// `rn50 bench infer`: inference throughput and latency per batch size (DLE's inference
+/// benchmark: images/s and latency average, p90, p95, p99).
+struct InferBenchConfig {
+  std::string arch = "resnet50";  ///< --arch
+  int num_classes = 1000;         ///< --num-of-class (0 with weights: from fc.weight)
+  /// --from-pretrained-params: safetensors weights (torchvision keys); empty = Kaiming-initialised
+  /// weights (--seed), which time the same.
+  std::string weights;
+  uint64_t seed = 0;
+  std::vector<int> batch_sizes{1, 32};  ///< --batch-sizes
+  int crop_size = 224;                  ///< --crop-size: input H = W, pixels
+  int steps = 20;                       ///< --benchmark-steps: timed calls per batch size
+  int warmup_steps = 3;                 ///< --benchmark-warmup-steps: untimed calls before
+  EngineOptions engine;                 ///< --device, --precision
+  std::string report_file;              ///< --report-file: appends one line per batch size
+};
+
+/// One batch size's figures. Latencies are wall milliseconds of one run() call on a batch
+/// (input already in memory, logits back on the host); percentiles interpolate linearly between
+/// the sorted samples (numpy.percentile's default, as DLE's scripts).
+struct InferBenchPoint {
+  int batch_size = 0;
+  int steps = 0;
+  double ips = 0;  ///< images/s over the timed calls
+  double latency_avg_ms = 0, latency_p50_ms = 0, latency_p90_ms = 0, latency_p95_ms = 0,
+         latency_p99_ms = 0;
+};
+
+/// Runs the benchmark, printing a table row per batch size to `out` as it goes. Throws
+/// rn50::Error naming the flag for a bad value (batch size < 1, steps < 1, ...).
+std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostream& out);
+
+/// The q-th percentile (0-100) of `v`, linear interpolation between closest ranks
+/// (numpy.percentile's default). Throws rn50::Error when v is empty.
+double percentile(std::vector<double> v, double q);
+
 }  // namespace rn50

@@ -152,6 +152,28 @@ std::vector<ReportRecordType> make_schema() {
   l.push_back(req("exact_decode", T::boolean, "whole-image PIL-exact decoding (--exact-decode)"));
   l.push_back(req("image_root", T::string, "dataset root"));
   s.push_back(std::move(loader));
+
+  ReportRecordType infer{"infer_benchmark",
+                         "by `rn50 bench infer`, one per batch size (appended to --report-file)",
+                         {},
+                         false};
+  auto& f = infer.fields;
+  f.push_back(req("batch_size", T::integer, "images per call"));
+  f.push_back(req("infer.ips", T::number, "images/s over the timed calls"));
+  f.push_back(req("infer.latency_avg_ms", T::number, "mean milliseconds per call"));
+  f.push_back(req("infer.latency_p50_ms", T::number, "median milliseconds per call"));
+  f.push_back(req("infer.latency_p90_ms", T::number,
+                  "90th percentile, ms (linear interpolation, numpy's default)"));
+  f.push_back(req("infer.latency_p95_ms", T::number, "95th percentile, ms"));
+  f.push_back(req("infer.latency_p99_ms", T::number, "99th percentile, ms"));
+  f.push_back(req("steps", T::integer, "timed calls (--benchmark-steps)"));
+  f.push_back(req("warmup_steps", T::integer, "untimed calls before (--benchmark-warmup-steps)"));
+  f.push_back(req("arch", T::string, "model: resnet50, resnet18, ..."));
+  f.push_back(req("num_of_class", T::integer, "classes"));
+  f.push_back(req("crop_size", T::integer, "input height and width, pixels"));
+  f.push_back(req("precision", T::string, "engine precision: fp32"));
+  f.push_back(req("device", T::string, "engine device: cpu"));
+  s.push_back(std::move(infer));
   return s;
 }
 

@@ -64,23 +64,6 @@ std::map<int64_t, ClassName> read_classes_tsv(const std::string& path) {
   return out;
 }
 
-/// The file's tensors as f32 host tensors keyed by torchvision names, for fold_network; an
-/// fc.weight of another class count is refused with the --num-of-class that matches the file.
-std::map<std::string, Tensor> state_dict_f32(const SafeTensorsFile& file, const std::string& path,
-                                             int num_classes) {
-  std::map<std::string, Tensor> sd;
-  for (const auto& [k, t] : file.tensors) {
-    if (t.dtype() == DType::i64) continue;  // num_batches_tracked
-    sd.emplace(k, to_f32(t, fmt::format("'{}' in '{}'", k, path)));
-  }
-  auto fc = sd.find("fc.weight");
-  RN50_CHECK(fc == sd.end() || fc->second.ndim() != 2 || fc->second.dim(0) == num_classes,
-             "--from-pretrained-params '{}': fc.weight has {} classes, the model {} (pass "
-             "--num-of-class {})",
-             path, fc->second.dim(0), num_classes, fc->second.dim(0));
-  return sd;
-}
-
 }  // namespace
 
 int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err) {

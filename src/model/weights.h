@@ -21,6 +21,12 @@ void load_pretrained_params(const std::string& path, ResNet& model);
 /// The same with the file already read (`path` names it in messages).
 void load_pretrained_params(const SafeTensorsFile& file, const std::string& path, ResNet& model);
 
+/// The file's tensors as f32 host tensors keyed by torchvision names (num_batches_tracked left
+/// out), for fold_network (rn50/inference.h). Throws naming the file when its fc.weight has
+/// another class count than `num_classes`, with the --num-of-class value that matches it.
+std::map<std::string, Tensor> state_dict_f32(const SafeTensorsFile& file, const std::string& path,
+                                             int num_classes);
+
 /// Host f32 copy of a host tensor of dtype f32/f64/f16/bf16 (names `what` in errors).
 Tensor to_f32(const Tensor& t, const std::string& what);
 

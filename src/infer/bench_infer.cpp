@@ -1,0 +1,122 @@
+// rn50 inference: `rn50 bench infer` (see rn50/inference.h). Per batch size: a random normalised
+// input batch, --benchmark-warmup-steps untimed calls (which build the plan), then
+// --benchmark-steps timed calls of InferenceEngine::run.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ostream>
+#include <random>
+
+#include "core/check.h"
+#include "core/report.h"
+#include "core/safetensors.h"
+#include "model/weights.h"
+#include "rn50/backend.h"
+#include "rn50/inference.h"
+#include "rn50/model.h"
+
+namespace rn50 {
+
+double percentile(std::vector<double> v, double q) {
+  RN50_CHECK(!v.empty(), "percentile of no samples");
+  std::sort(v.begin(), v.end());
+  const double pos = q / 100.0 * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostream& out) {
+  RN50_CHECK(!cfg.batch_sizes.empty(), "--batch-sizes: give at least one");
+  for (int b : cfg.batch_sizes) RN50_CHECK(b >= 1, "--batch-sizes: {} is not >= 1", b);
+  RN50_CHECK(cfg.steps >= 1, "--benchmark-steps {}: must be >= 1", cfg.steps);
+  RN50_CHECK(cfg.warmup_steps >= 0, "--benchmark-warmup-steps {}: must be >= 0", cfg.warmup_steps);
+  RN50_CHECK(cfg.crop_size >= 1, "--crop-size {}: must be >= 1", cfg.crop_size);
+
+  // The program: from the weights file, or from Kaiming-initialised weights.
+  std::string arch = cfg.arch;
+  int classes = cfg.num_classes;
+  std::map<std::string, Tensor> sd;
+  if (!cfg.weights.empty()) {
+    SafeTensorsFile file = load_safetensors(cfg.weights);
+    if (arch.empty()) arch = infer_arch(file.tensors, cfg.weights);
+    if (classes == 0) {
+      auto it = file.tensors.find("fc.weight");
+      RN50_CHECK(it != file.tensors.end() && it->second.ndim() == 2,
+                 "--from-pretrained-params '{}': no 2-D 'fc.weight' (pass --num-of-class)",
+                 cfg.weights);
+      classes = static_cast<int>(it->second.dim(0));
+    }
+    sd = state_dict_f32(file, cfg.weights, classes);
+  } else {
+    RN50_CHECK(classes >= 1, "--num-of-class {}: must be >= 1", classes);
+    auto be = make_backend("ref");
+    ModelOptions mo;
+    mo.num_classes = classes;
+    ResNet model(*be, arch_from_name(arch), mo);
+    model.init(cfg.seed);
+    for (auto& [k, t] : model.state_dict()) sd.emplace(k, t);
+  }
+  auto engine =
+      make_inference_engine(fold_network(describe(arch_from_name(arch), classes), sd), cfg.engine);
+
+  ReportWriter report(cfg.report_file, ReportWriter::Mode::append);
+  out << fmt::format("rn50 bench infer: {} {} classes, {} on {}, {}x{}, {} timed calls after {}\n",
+                     arch, classes, engine->precision(), cfg.engine.device, cfg.crop_size,
+                     cfg.crop_size, cfg.steps, cfg.warmup_steps);
+  out << fmt::format("{:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "batch", "img/s",
+                     "avg ms", "p50 ms", "p90 ms", "p95 ms", "p99 ms");
+  out.flush();
+  std::vector<InferBenchPoint> points;
+  std::mt19937_64 gen(cfg.seed + 1);
+  std::normal_distribution<float> nd;
+  for (int b : cfg.batch_sizes) {
+    Tensor x = Tensor::empty({b, 3, cfg.crop_size, cfg.crop_size}, DType::f32, Layout::NHWC);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = nd(gen);
+    for (int i = 0; i < cfg.warmup_steps; ++i) engine->run(x);
+    std::vector<double> ms;
+    double total = 0;
+    for (int i = 0; i < cfg.steps; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      engine->run(x);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      total += s;
+      ms.push_back(1e3 * s);
+    }
+    InferBenchPoint p;
+    p.batch_size = b;
+    p.steps = cfg.steps;
+    p.ips = static_cast<double>(b) * cfg.steps / total;
+    p.latency_avg_ms = 1e3 * total / cfg.steps;
+    p.latency_p50_ms = percentile(ms, 50);
+    p.latency_p90_ms = percentile(ms, 90);
+    p.latency_p95_ms = percentile(ms, 95);
+    p.latency_p99_ms = percentile(ms, 99);
+    out << fmt::format("{:>6} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f}\n", b,
+                       p.ips, p.latency_avg_ms, p.latency_p50_ms, p.latency_p90_ms,
+                       p.latency_p95_ms, p.latency_p99_ms);
+    out.flush();
+    ReportRecord r("infer_benchmark");
+    r.set("batch_size", b)
+        .set("infer.ips", p.ips)
+        .set("infer.latency_avg_ms", p.latency_avg_ms)
+        .set("infer.latency_p50_ms", p.latency_p50_ms)
+        .set("infer.latency_p90_ms", p.latency_p90_ms)
+        .set("infer.latency_p95_ms", p.latency_p95_ms)
+        .set("infer.latency_p99_ms", p.latency_p99_ms)
+        .set("steps", cfg.steps)
+        .set("warmup_steps", cfg.warmup_steps)
+        .set("arch", arch)
+        .set("num_of_class", classes)
+        .set("crop_size", cfg.crop_size)
+        .set("precision", engine->precision())
+        .set("device", cfg.engine.device);
+    report.write(r);
+    points.push_back(p);
+  }
+  return points;
+}
+
+}  // namespace rn50
