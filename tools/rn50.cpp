@@ -9,8 +9,10 @@
 // syntax errors; 2 for flag values rejected after parsing.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include <map>
@@ -21,6 +23,7 @@
 #include "rn50/infer.h"
 #include "rn50/inference.h"
 #include "rn50/train.h"
+#include "train/checkpoint.h"
 #include "train/flags.h"
 
 namespace {
@@ -131,6 +134,8 @@ void add_data_commands(CLI::App& app, DataCommands& d) {
   d.bench_infer->add_option("--arch", ib.arch, "architecture (resnet50)");
   d.bench_infer->add_option("--num-of-class", ib.num_classes,
                             "classes (1000; 0 with weights = from fc.weight)");
+  d.bench_infer->add_option("--model", ib.model_dir,
+                            "an rn50 inference model folder (rn50 export --output)");
   d.bench_infer->add_option("--from-pretrained-params", ib.weights,
                             "safetensors weights (default: Kaiming-initialised, same speed)");
   d.bench_infer->add_option("--batch-sizes", ib.batch_sizes, "batch sizes (default 1 32)")
@@ -228,12 +233,30 @@ int main(int argc, char** argv) {
   DataCommands data_cmds;
   add_data_commands(app, data_cmds);
 
+  rn50::ExportConfig ec;
+  std::string ec_checkpoint, ec_last_epoch = "auto", ec_formats = "rn50";
+  CLI::App* exp = app.add_subcommand(
+      "export", "fold a trained model (BatchNorm into the convolutions) and write it for "
+                "inference (model.json + model.safetensors, read by rn50 bench infer --model)");
+  exp->add_option("--from-checkpoint", ec_checkpoint, "checkpoint folder (or its parent)");
+  exp->add_option("--last-epoch-of-checkpoint", ec_last_epoch,
+                  "epoch folder to use under --from-checkpoint: auto (the last) or N");
+  exp->add_option("--from-pretrained-params", ec.weights,
+                  "safetensors weights with torchvision keys");
+  exp->add_option("--output", ec.output, "folder to write")->required();
+  exp->add_option("--format", ec_formats, "rn50 (onnx: not built yet)");
+  exp->add_option("--precision", ec.precision, "fp32 (int8: not built yet)");
+  exp->add_option("--arch", ec.arch, "architecture (default: inferred from the weights' keys)");
+  exp->add_option("--num-of-class", ec.num_classes, "classes (default: from fc.weight)");
+  exp->add_option("--resize-short", ec.resize_short, "recorded eval resize, pixels (256)");
+  exp->add_option("--crop-size", ec.crop_size, "recorded eval crop, pixels (224)");
+
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd != "train" && cmd != "eval" && cmd != "predict" && cmd != "check-data" &&
-        cmd != "bench") {
+        cmd != "bench" && cmd != "export") {
       std::cerr << "error: unknown command '" << cmd << "' (expected train, eval, predict, "
-                << "check-data or bench; see " << argv[0] << " --help)\n";
+                << "export, check-data or bench; see " << argv[0] << " --help)\n";
       return 2;
     }
   }
@@ -249,6 +272,22 @@ int main(int argc, char** argv) {
       return rn50::run_eval(eval_cfg);
     }
     if (*predict) return rn50::run_predict(pc, std::cout, std::cerr);
+    if (*exp) {
+      RN50_CHECK(ec_checkpoint.empty() != ec.weights.empty(),
+                 "rn50 export: pass one of --from-checkpoint and --from-pretrained-params");
+      if (!ec_checkpoint.empty()) {
+        const std::string dir = rn50::resolve_checkpoint_dir(ec_checkpoint, ec_last_epoch);
+        ec.weights = (std::filesystem::path(dir) / rn50::kModelFile).string();
+        const rn50::CheckpointState st = rn50::read_checkpoint_state(dir);
+        ec.classes = st.classes;
+        if (ec.arch.empty()) ec.arch = st.arch;
+      }
+      std::stringstream formats(ec_formats);
+      ec.formats.clear();
+      for (std::string f; std::getline(formats, f, ',');) ec.formats.push_back(f);
+      rn50::run_export(ec, std::cout);
+      return 0;
+    }
     if (*data_cmds.check) return run_check_data(data_cmds);
     if (*data_cmds.bench_loader) return run_bench_loader(data_cmds);
     if (*data_cmds.bench_infer) {

@@ -12,6 +12,7 @@
 // as torch.nn.utils.fusion.fuse_conv_bn_weights.
 #pragma once
 
+#include <iosfwd>
 #include <map>
 #include <memory>
 #include <string>
@@ -71,6 +72,58 @@ InferenceProgram fold_network(const NetworkDesc& desc,
                               const std::map<std::string, Tensor>& state_dict,
                               double bn_eps = 1e-5);
 
+/// What a deployed model needs beside its program: class names and the eval preprocessing.
+struct InferenceModelInfo {
+  std::vector<std::string> classes;  ///< synsets / names by class index; may be empty
+  int resize_short = 256;            ///< resize the shorter side to this, pixels
+  int crop_size = 224;               ///< then center-crop this, pixels
+  std::vector<float> mean{0.485f, 0.456f, 0.406f};  ///< ImageNet mean (RGB, of [0, 1] values)
+  std::vector<float> std{0.229f, 0.224f, 0.225f};   ///< ImageNet std
+};
+
+/// An exported inference model: the folded program and its deployment information.
+struct InferenceModel {
+  InferenceProgram program;
+  InferenceModelInfo info;
+};
+
+/// Name of the two files of an rn50 inference model folder.
+inline constexpr const char* kInferenceWeightsFile = "model.safetensors";
+inline constexpr const char* kInferenceJsonFile = "model.json";
+
+/// Writes `model` to folder `dir` (created if needed): model.safetensors holds the folded
+/// weights, f32, keyed "<op>.weight" / "<op>.bias" (OIHW convs, (classes, C) fc); model.json
+/// holds "format": "rn50-inference", "format_version": 1, the architecture, class count and
+/// names, preprocessing and the ops (kind, name, input, output, residual, relu, conv/pool
+/// attributes, folded BN). Both files are written atomically. Throws rn50::Error naming the
+/// path on an I/O error.
+void save_inference_model(const InferenceModel& model, const std::string& dir);
+
+/// Reads a folder written by save_inference_model. Throws rn50::Error naming the file and the
+/// entry when a file is missing or unreadable, the format or version is not this one, an op is
+/// malformed (unknown kind, a value read before it is written) or a tensor is missing or of the
+/// wrong shape.
+InferenceModel load_inference_model(const std::string& dir);
+
+/// `rn50 export`: fold a trained model and write it for inference.
+struct ExportConfig {
+  /// Weights with torchvision keys: --from-pretrained-params, or the model.safetensors of the
+  /// checkpoint folder --from-checkpoint names (the CLI resolves it).
+  std::string weights;
+  std::string arch;                  ///< --arch; empty = inferred from the weights' keys
+  int num_classes = 0;               ///< --num-of-class; 0 = fc.weight's rows
+  std::vector<std::string> classes;  ///< class names (a checkpoint's state.json), may be empty
+  int resize_short = 256;            ///< --resize-short, recorded as preprocessing
+  int crop_size = 224;               ///< --crop-size, recorded as preprocessing
+  std::string output;                ///< --output DIR
+  std::vector<std::string> formats{"rn50"};  ///< --format: rn50 (onnx: not built yet, refused)
+  std::string precision = "fp32";            ///< --precision: fp32 (int8: not built yet, refused)
+};
+
+/// Runs the export and prints one summary line to `out`. Throws rn50::Error naming the flag or
+/// file on a bad value, an unreadable weights file or a format/precision not built yet.
+void run_export(const ExportConfig& cfg, std::ostream& out);
+
 /// Options of an inference engine.
 struct EngineOptions {
   /// "cpu" (oneDNN). Others are refused with an Error until their engine exists.
@@ -112,6 +165,8 @@ struct InferBenchConfig {
   /// --from-pretrained-params: safetensors weights (torchvision keys); empty = Kaiming-initialised
   /// weights (--seed), which time the same.
   std::string weights;
+  /// --model: an rn50 inference model folder (rn50 export); overrides arch/weights.
+  std::string model_dir;
   uint64_t seed = 0;
   std::vector<int> batch_sizes{1, 32};  ///< --batch-sizes
   int crop_size = 224;                  ///< --crop-size: input H = W, pixels

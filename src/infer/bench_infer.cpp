@@ -35,32 +35,40 @@ std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostre
   RN50_CHECK(cfg.warmup_steps >= 0, "--benchmark-warmup-steps {}: must be >= 0", cfg.warmup_steps);
   RN50_CHECK(cfg.crop_size >= 1, "--crop-size {}: must be >= 1", cfg.crop_size);
 
-  // The program: from the weights file, or from Kaiming-initialised weights.
+  // The program: from an exported model, the weights file, or Kaiming-initialised weights.
   std::string arch = cfg.arch;
   int classes = cfg.num_classes;
-  std::map<std::string, Tensor> sd;
-  if (!cfg.weights.empty()) {
-    SafeTensorsFile file = load_safetensors(cfg.weights);
-    if (arch.empty()) arch = infer_arch(file.tensors, cfg.weights);
-    if (classes == 0) {
-      auto it = file.tensors.find("fc.weight");
-      RN50_CHECK(it != file.tensors.end() && it->second.ndim() == 2,
-                 "--from-pretrained-params '{}': no 2-D 'fc.weight' (pass --num-of-class)",
-                 cfg.weights);
-      classes = static_cast<int>(it->second.dim(0));
-    }
-    sd = state_dict_f32(file, cfg.weights, classes);
+  std::unique_ptr<InferenceEngine> engine;
+  if (!cfg.model_dir.empty()) {
+    InferenceModel m = load_inference_model(cfg.model_dir);
+    arch = m.program.arch;
+    classes = m.program.num_classes;
+    engine = make_inference_engine(std::move(m.program), cfg.engine);
   } else {
-    RN50_CHECK(classes >= 1, "--num-of-class {}: must be >= 1", classes);
-    auto be = make_backend("ref");
-    ModelOptions mo;
-    mo.num_classes = classes;
-    ResNet model(*be, arch_from_name(arch), mo);
-    model.init(cfg.seed);
-    for (auto& [k, t] : model.state_dict()) sd.emplace(k, t);
+    std::map<std::string, Tensor> sd;
+    if (!cfg.weights.empty()) {
+      SafeTensorsFile file = load_safetensors(cfg.weights);
+      if (arch.empty()) arch = infer_arch(file.tensors, cfg.weights);
+      if (classes == 0) {
+        auto it = file.tensors.find("fc.weight");
+        RN50_CHECK(it != file.tensors.end() && it->second.ndim() == 2,
+                   "--from-pretrained-params '{}': no 2-D 'fc.weight' (pass --num-of-class)",
+                   cfg.weights);
+        classes = static_cast<int>(it->second.dim(0));
+      }
+      sd = state_dict_f32(file, cfg.weights, classes);
+    } else {
+      RN50_CHECK(classes >= 1, "--num-of-class {}: must be >= 1", classes);
+      auto be = make_backend("ref");
+      ModelOptions mo;
+      mo.num_classes = classes;
+      ResNet model(*be, arch_from_name(arch), mo);
+      model.init(cfg.seed);
+      for (auto& [k, t] : model.state_dict()) sd.emplace(k, t);
+    }
+    engine = make_inference_engine(fold_network(describe(arch_from_name(arch), classes), sd),
+                                   cfg.engine);
   }
-  auto engine =
-      make_inference_engine(fold_network(describe(arch_from_name(arch), classes), sd), cfg.engine);
 
   ReportWriter report(cfg.report_file, ReportWriter::Mode::append);
   out << fmt::format("rn50 bench infer: {} {} classes, {} on {}, {}x{}, {} timed calls after {}\n",

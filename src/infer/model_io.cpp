@@ -1,0 +1,271 @@
+// rn50 inference: the rn50 inference model folder (model.json + model.safetensors), see
+// rn50/inference.h.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+#include "core/check.h"
+#include "core/fileio.h"
+#include "core/safetensors.h"
+#include "model/weights.h"
+#include "rn50/inference.h"
+
+namespace rn50 {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+constexpr const char* kFormat = "rn50-inference";
+
+/// Floats as the shortest decimal that reads back as the same float (0.485, not 0.48500001...).
+json short_floats(const std::vector<float>& v) {
+  json a = json::array();
+  for (float f : v) a.push_back(std::stod(fmt::format("{}", f)));
+  return a;
+}
+constexpr int kFormatVersion = 1;
+
+const char* kind_name(InferOp::Kind k) {
+  switch (k) {
+    case InferOp::Kind::conv:
+      return "conv";
+    case InferOp::Kind::maxpool:
+      return "maxpool";
+    case InferOp::Kind::global_avgpool:
+      return "global_avgpool";
+    case InferOp::Kind::fc:
+      return "fc";
+  }
+  return "?";
+}
+
+InferOp::Kind kind_of(const std::string& s, const std::string& where) {
+  for (auto k : {InferOp::Kind::conv, InferOp::Kind::maxpool, InferOp::Kind::global_avgpool,
+                 InferOp::Kind::fc})
+    if (s == kind_name(k)) return k;
+  RN50_FAIL("{}: unknown op kind '{}' (expected conv, maxpool, global_avgpool or fc)", where, s);
+}
+
+/// j[key] as T, or an error naming the file, the entry and the key.
+template <class T>
+T field(const json& j, const char* key, const std::string& where) {
+  RN50_CHECK(j.is_object() && j.contains(key), "{}: '{}' is missing", where, key);
+  try {
+    return j.at(key).get<T>();
+  } catch (const std::exception&) {
+    RN50_FAIL("{}: '{}' has the wrong type ({})", where, key, j.at(key).dump());
+  }
+}
+
+}  // namespace
+
+void save_inference_model(const InferenceModel& m, const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  RN50_CHECK(!ec, "--output '{}': cannot create the folder: {}", dir, ec.message());
+  const InferenceProgram& p = m.program;
+  json ops = json::array();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const InferOp& op : p.ops) {
+    json o;
+    o["kind"] = kind_name(op.kind);
+    o["name"] = op.name;
+    o["input"] = op.input;
+    o["output"] = op.output;
+    if (op.kind == InferOp::Kind::conv) {
+      o["residual"] = op.residual;
+      o["relu"] = op.relu;
+      o["conv"] = {{"in_channels", op.conv.in_channels},
+                   {"out_channels", op.conv.out_channels},
+                   {"kernel", op.conv.kernel},
+                   {"stride", op.conv.stride},
+                   {"pad", op.conv.pad}};
+      o["folded_bn"] = op.folded_bn;
+    }
+    if (op.kind == InferOp::Kind::maxpool)
+      o["pool"] = {{"kernel", op.pool.kernel}, {"stride", op.pool.stride}, {"pad", op.pool.pad}};
+    if (op.weight.defined()) {
+      tensors.emplace_back(op.name + ".weight", op.weight);
+      tensors.emplace_back(op.name + ".bias", op.bias);
+    }
+    ops.push_back(o);
+  }
+  json j;
+  j["format"] = kFormat;
+  j["format_version"] = kFormatVersion;
+  j["arch"] = p.arch;
+  j["num_classes"] = p.num_classes;
+  j["feature_channels"] = p.feature_channels;
+  j["precision"] = "fp32";
+  j["input"] = {
+      {"dtype", "f32"}, {"shape", "N,3,H,W"}, {"normalised", "(pixel / 255 - mean) / std"}};
+  j["preprocessing"] = {{"resize_short", m.info.resize_short},
+                        {"crop_size", m.info.crop_size},
+                        {"mean", short_floats(m.info.mean)},
+                        {"std", short_floats(m.info.std)}};
+  j["classes"] = m.info.classes;
+  j["values"] = p.producer.size();
+  j["ops"] = ops;
+  save_safetensors((fs::path(dir) / kInferenceWeightsFile).string(), tensors,
+                   {{"format", kFormat}, {"arch", p.arch}});
+  write_file_atomic((fs::path(dir) / kInferenceJsonFile).string(), j.dump(1) + "\n");
+}
+
+InferenceModel load_inference_model(const std::string& dir) {
+  const std::string jpath = (fs::path(dir) / kInferenceJsonFile).string();
+  const std::string wpath = (fs::path(dir) / kInferenceWeightsFile).string();
+  RN50_CHECK(fs::exists(jpath),
+             "'{}' is not an rn50 inference model: no {} (write one with rn50 export)", dir,
+             kInferenceJsonFile);
+  json j;
+  try {
+    j = json::parse(read_file(jpath));
+  } catch (const json::exception& e) {
+    RN50_FAIL("'{}': not valid JSON ({})", jpath, e.what());
+  }
+  RN50_CHECK(j.is_object() && j.value("format", "") == kFormat,
+             "'{}': not an rn50 inference model (\"format\" is not \"{}\")", jpath, kFormat);
+  const int version = field<int>(j, "format_version", jpath);
+  RN50_CHECK(version == kFormatVersion,
+             "'{}': format_version {} is not supported by this rn50 (it reads {})", jpath, version,
+             kFormatVersion);
+  InferenceModel m;
+  InferenceProgram& p = m.program;
+  p.arch = field<std::string>(j, "arch", jpath);
+  p.num_classes = field<int>(j, "num_classes", jpath);
+  p.feature_channels = field<int64_t>(j, "feature_channels", jpath);
+  RN50_CHECK(p.num_classes >= 1, "'{}': num_classes {} must be >= 1", jpath, p.num_classes);
+  const auto nv = field<int64_t>(j, "values", jpath);
+  RN50_CHECK(nv >= 2, "'{}': values {} must be >= 2", jpath, nv);
+  p.producer.assign(static_cast<size_t>(nv), -1);
+  const json& pre = j.contains("preprocessing") ? j["preprocessing"] : json::object();
+  m.info.resize_short = field<int>(pre, "resize_short", jpath + " preprocessing");
+  m.info.crop_size = field<int>(pre, "crop_size", jpath + " preprocessing");
+  m.info.mean = field<std::vector<float>>(pre, "mean", jpath + " preprocessing");
+  m.info.std = field<std::vector<float>>(pre, "std", jpath + " preprocessing");
+  RN50_CHECK(m.info.mean.size() == 3 && m.info.std.size() == 3,
+             "'{}': preprocessing mean and std need 3 values each", jpath);
+  m.info.classes = j.value("classes", std::vector<std::string>{});
+
+  RN50_CHECK(fs::exists(wpath), "'{}': {} is missing beside {}", dir, kInferenceWeightsFile,
+             kInferenceJsonFile);
+  SafeTensorsFile w = load_safetensors(wpath);
+  auto tensor = [&](const std::string& key, const std::vector<int64_t>& shape) {
+    auto it = w.tensors.find(key);
+    RN50_CHECK(it != w.tensors.end(), "'{}': tensor '{}' is missing", wpath, key);
+    RN50_CHECK(it->second.dtype() == DType::f32 && it->second.shape() == shape,
+               "'{}': tensor '{}' is {} with {} dims, expected f32 of shape ({})", wpath, key,
+               dtype_name(it->second.dtype()), it->second.ndim(), fmt::join(shape, ", "));
+    return it->second;
+  };
+  const json& ops = j.contains("ops") ? j["ops"] : json();
+  RN50_CHECK(ops.is_array() && !ops.empty(), "'{}': 'ops' is missing or empty", jpath);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const json& o = ops[i];
+    const std::string where = fmt::format("'{}' ops[{}]", jpath, i);
+    InferOp op;
+    op.kind = kind_of(field<std::string>(o, "kind", where), where);
+    op.name = field<std::string>(o, "name", where);
+    op.input = field<int>(o, "input", where);
+    op.output = field<int>(o, "output", where);
+    auto valid_read = [&](int v) {
+      return v == 0 || (v > 0 && v < nv && p.producer[static_cast<size_t>(v)] >= 0);
+    };
+    RN50_CHECK(valid_read(op.input), "{} ('{}'): reads value {}, which no earlier op writes", where,
+               op.name, op.input);
+    RN50_CHECK(op.output > 0 && op.output < nv && p.producer[static_cast<size_t>(op.output)] < 0,
+               "{} ('{}'): output value {} is out of range or written twice", where, op.name,
+               op.output);
+    switch (op.kind) {
+      case InferOp::Kind::conv: {
+        const json& c = o.contains("conv") ? o["conv"] : json();
+        op.conv.in_channels = field<int64_t>(c, "in_channels", where);
+        op.conv.out_channels = field<int64_t>(c, "out_channels", where);
+        op.conv.kernel = field<int>(c, "kernel", where);
+        op.conv.stride = field<int>(c, "stride", where);
+        op.conv.pad = field<int>(c, "pad", where);
+        RN50_CHECK(op.conv.in_channels >= 1 && op.conv.out_channels >= 1 && op.conv.kernel >= 1 &&
+                       op.conv.stride >= 1 && op.conv.pad >= 0,
+                   "{} ('{}'): bad conv attributes {}", where, op.name, c.dump());
+        op.residual = field<int>(o, "residual", where);
+        RN50_CHECK(op.residual == -1 || valid_read(op.residual),
+                   "{} ('{}'): residual value {} is not written by an earlier op", where, op.name,
+                   op.residual);
+        op.relu = field<bool>(o, "relu", where);
+        op.folded_bn = o.value("folded_bn", std::string());
+        op.weight = tensor(op.name + ".weight", {op.conv.out_channels, op.conv.in_channels,
+                                                 op.conv.kernel, op.conv.kernel});
+        op.bias = tensor(op.name + ".bias", {op.conv.out_channels});
+        break;
+      }
+      case InferOp::Kind::maxpool: {
+        const json& pl = o.contains("pool") ? o["pool"] : json();
+        op.pool.kernel = field<int>(pl, "kernel", where);
+        op.pool.stride = field<int>(pl, "stride", where);
+        op.pool.pad = field<int>(pl, "pad", where);
+        break;
+      }
+      case InferOp::Kind::global_avgpool:
+        break;
+      case InferOp::Kind::fc:
+        op.weight = tensor(op.name + ".weight", {p.num_classes, p.feature_channels});
+        op.bias = tensor(op.name + ".bias", {p.num_classes});
+        break;
+    }
+    p.producer[static_cast<size_t>(op.output)] = static_cast<int>(p.ops.size());
+    p.ops.push_back(std::move(op));
+  }
+  RN50_CHECK(p.ops.back().kind == InferOp::Kind::fc, "'{}': the last op must be the fc", jpath);
+  return m;
+}
+
+void run_export(const ExportConfig& cfg, std::ostream& out) {
+  RN50_CHECK(!cfg.weights.empty(),
+             "rn50 export: pass --from-checkpoint or --from-pretrained-params");
+  RN50_CHECK(!cfg.output.empty(), "rn50 export: --output DIR is required");
+  for (const std::string& f : cfg.formats) {
+    RN50_CHECK(f == "rn50" || f == "onnx", "--format {}: expected rn50 or onnx", f);
+    RN50_CHECK(f != "onnx",
+               "--format onnx: the ONNX exporter is not built yet; use --format rn50 (read by "
+               "rn50 bench infer --model)");
+  }
+  RN50_CHECK(cfg.precision == "fp32",
+             "--precision {}: only fp32 models are exported so far (int8 calibration is not built "
+             "yet)",
+             cfg.precision);
+  RN50_CHECK(cfg.crop_size >= 1 && cfg.resize_short >= cfg.crop_size,
+             "--resize-short {} / --crop-size {}: need crop >= 1 and resize >= crop",
+             cfg.resize_short, cfg.crop_size);
+  SafeTensorsFile file = load_safetensors(cfg.weights);
+  const std::string arch = cfg.arch.empty() ? infer_arch(file.tensors, cfg.weights) : cfg.arch;
+  int classes = cfg.num_classes;
+  if (classes == 0) {
+    auto it = file.tensors.find("fc.weight");
+    RN50_CHECK(it != file.tensors.end() && it->second.ndim() == 2,
+               "'{}': no 2-D 'fc.weight' to take the class count from (pass --num-of-class)",
+               cfg.weights);
+    classes = static_cast<int>(it->second.dim(0));
+  }
+  InferenceModel m;
+  m.program = fold_network(describe(arch_from_name(arch), classes),
+                           state_dict_f32(file, cfg.weights, classes));
+  m.info.classes = cfg.classes;
+  RN50_CHECK(m.info.classes.empty() || static_cast<int>(m.info.classes.size()) == classes,
+             "{} class names for a {}-class model", m.info.classes.size(), classes);
+  m.info.resize_short = cfg.resize_short;
+  m.info.crop_size = cfg.crop_size;
+  save_inference_model(m, cfg.output);
+  int convs = 0;
+  for (const InferOp& op : m.program.ops) convs += op.kind == InferOp::Kind::conv;
+  out << fmt::format(
+      "exported {} ({} classes{}) to '{}': {} ops, {} convolutions with their BatchNorm folded, "
+      "fp32 ({} + {})\n",
+      arch, classes, m.info.classes.empty() ? ", no class names" : "", cfg.output,
+      m.program.ops.size(), convs, kInferenceJsonFile, kInferenceWeightsFile);
+}
+
+}  // namespace rn50
