@@ -144,7 +144,7 @@ void add_data_commands(CLI::App& app, DataCommands& d) {
   d.bench_infer->add_option("--benchmark-steps", ib.steps, "timed calls per batch size (20)");
   d.bench_infer->add_option("--benchmark-warmup-steps", ib.warmup_steps,
                             "untimed calls first (3)");
-  d.bench_infer->add_option("--precision", ib.engine.precision, "fp32 (bf16, int8: not yet)");
+  d.bench_infer->add_option("--precision", ib.engine.precision, "fp32 or bf16 (int8: not built yet)");
   d.bench_infer->add_option("--device", ib.engine.device, "cpu (the GPU engine: not yet)");
   d.bench_infer->add_option("--seed", ib.seed, "seed of the weights and input (0)");
   d.bench_infer->add_option("--report-file", ib.report_file,

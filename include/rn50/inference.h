@@ -128,7 +128,9 @@ void run_export(const ExportConfig& cfg, std::ostream& out);
 struct EngineOptions {
   /// "cpu" (oneDNN). Others are refused with an Error until their engine exists.
   std::string device = "cpu";
-  /// "fp32". bf16 and int8 are refused with an Error until they exist.
+  /// "fp32", or "bf16" (activations and conv/fc weights bf16; bias, accumulation and logits
+  /// f32; oneDNN emulates it on CPUs without AVX-512-BF16). int8 is refused with an Error until
+  /// it exists.
   std::string precision = "fp32";
 };
 

@@ -171,7 +171,7 @@ std::vector<ReportRecordType> make_schema() {
   f.push_back(req("arch", T::string, "model: resnet50, resnet18, ..."));
   f.push_back(req("num_of_class", T::integer, "classes"));
   f.push_back(req("crop_size", T::integer, "input height and width, pixels"));
-  f.push_back(req("precision", T::string, "engine precision: fp32"));
+  f.push_back(req("precision", T::string, "engine precision: fp32 or bf16"));
   f.push_back(req("device", T::string, "engine device: cpu"));
   s.push_back(std::move(infer));
   return s;

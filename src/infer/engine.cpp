@@ -10,12 +10,12 @@ std::unique_ptr<InferenceEngine> make_inference_engine(InferenceProgram program,
              "inference: --device {}: the inference engine runs on the CPU only so far (the GPU "
              "engine is not built yet); use --device cpu",
              opt.device);
-  RN50_CHECK(opt.precision == "fp32",
-             "inference: --precision {}: the CPU engine computes in fp32 only so far (bf16 and "
-             "int8 are not built yet); use --precision fp32",
+  RN50_CHECK(opt.precision == "fp32" || opt.precision == "bf16",
+             "inference: --precision {}: the CPU engine computes in fp32 or bf16 (int8 is not "
+             "built yet)",
              opt.precision);
   RN50_CHECK(!program.ops.empty(), "inference: the program is empty");
-  return make_cpu_engine(std::move(program));
+  return make_cpu_engine(std::move(program), opt.precision);
 }
 
 }  // namespace rn50

@@ -1,4 +1,5 @@
-// rn50 inference: the CPU engine (oneDNN, fp32, NHWC). Per input shape a Plan holds one oneDNN
+// rn50 inference: the CPU engine (oneDNN, NHWC; fp32, or bf16 activations and weights with f32
+// bias, accumulation and logits). Per input shape a Plan holds one oneDNN
 // primitive per program op (forward_inference), the activation buffers and the weights packed in
 // the layout each convolution chose (format_tag::any), built once:
 //   conv            convolution_forward with bias; post-ops: sum (the destination is the
@@ -39,7 +40,7 @@ struct Step {
 
 struct Plan {
   int64_t n = 0, h = 0, w = 0;
-  std::vector<std::vector<float>> buffers;
+  std::vector<std::vector<float>> buffers;  ///< sized in elements: room for f32 or bf16
   std::vector<Step> steps;
   std::vector<memory> packed;  ///< packed conv/fc weights, kept alive
   memory input;                ///< the network input buffer, nhwc
@@ -48,8 +49,12 @@ struct Plan {
 
 class CpuEngine final : public InferenceEngine {
  public:
-  explicit CpuEngine(InferenceProgram p)
-      : prog_(std::move(p)), eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {}
+  CpuEngine(InferenceProgram p, const std::string& precision)
+      : prog_(std::move(p)),
+        precision_(precision),
+        act_(precision == "bf16" ? dt::bf16 : dt::f32),
+        eng_(dnnl::engine::kind::cpu, 0),
+        strm_(eng_) {}
 
   Tensor run(const Tensor& x) override {
     RN50_CHECK(x.defined() && x.is_cpu() && x.dtype() == DType::f32 && x.ndim() == 4 &&
@@ -82,7 +87,15 @@ class CpuEngine final : public InferenceEngine {
     if (it != plans_.end()) return *it->second;
     // Drop plans for other shapes beyond a few (a server sees a handful of batch sizes).
     if (plans_.size() >= 8) plans_.erase(plans_.begin());
-    auto plan = build(n, h, w);
+    std::unique_ptr<Plan> plan;
+    try {
+      plan = build(n, h, w);
+    } catch (const dnnl::error& e) {
+      RN50_FAIL(
+          "inference: oneDNN cannot run {} {} for a {}x{}x{} input on this CPU ({}); use "
+          "--precision fp32",
+          prog_.arch, precision_, n, h, w, e.what());
+    }
     return *plans_.emplace(key, std::move(plan)).first->second;
   }
 
@@ -175,7 +188,7 @@ class CpuEngine final : public InferenceEngine {
     };
     auto act_md = [&](int v) {
       const auto& s = shape[static_cast<size_t>(v)];
-      return memory::desc({n, s[0], s[1], s[2]}, dt::f32, tag::nhwc);
+      return memory::desc({n, s[0], s[1], s[2]}, act_, tag::nhwc);
     };
     plan->input = memory(act_md(0), eng_, ptr(0));
 
@@ -188,7 +201,7 @@ class CpuEngine final : public InferenceEngine {
         case InferOp::Kind::conv: {
           const ConvSpec& c = op.conv;
           const memory::dims wd{c.out_channels, c.in_channels, c.kernel, c.kernel};
-          const memory::desc w_any(wd, dt::f32, tag::any), b_md({c.out_channels}, dt::f32, tag::x);
+          const memory::desc w_any(wd, act_, tag::any), b_md({c.out_channels}, dt::f32, tag::x);
           dnnl::convolution_forward::desc d(prop_kind::forward_inference,
                                             algorithm::convolution_direct, src, w_any, b_md, dst,
                                             {c.stride, c.stride}, {c.pad, c.pad}, {c.pad, c.pad});
@@ -229,8 +242,8 @@ class CpuEngine final : public InferenceEngine {
         }
         case InferOp::Kind::fc: {
           const int64_t k = prog_.num_classes, c = op.weight.dim(1);
-          const memory::desc x2({n, c}, dt::f32, tag::nc), y2({n, k}, dt::f32, tag::nc);
-          const memory::desc w_any({k, c}, dt::f32, tag::any), b_md({k}, dt::f32, tag::x);
+          const memory::desc x2({n, c}, act_, tag::nc), y2({n, k}, dt::f32, tag::nc);
+          const memory::desc w_any({k, c}, act_, tag::any), b_md({k}, dt::f32, tag::x);
           dnnl::inner_product_forward::desc d(prop_kind::forward_inference, x2, w_any, b_md, y2);
           dnnl::inner_product_forward::primitive_desc pd(d, eng_);
           st.prim = dnnl::inner_product_forward(pd);
@@ -264,7 +277,8 @@ class CpuEngine final : public InferenceEngine {
   }
 
   InferenceProgram prog_;
-  std::string precision_ = "fp32";
+  std::string precision_;
+  dt act_;  ///< activations and conv/fc weights: f32, or bf16 (bias, accumulation, logits f32)
   dnnl::engine eng_;
   dnnl::stream strm_;
   std::mutex mu_;
@@ -273,8 +287,9 @@ class CpuEngine final : public InferenceEngine {
 
 }  // namespace
 
-std::unique_ptr<InferenceEngine> make_cpu_engine(InferenceProgram program) {
-  return std::make_unique<CpuEngine>(std::move(program));
+std::unique_ptr<InferenceEngine> make_cpu_engine(InferenceProgram program,
+                                                 const std::string& precision) {
+  return std::make_unique<CpuEngine>(std::move(program), precision);
 }
 
 }  // namespace rn50

@@ -7,7 +7,8 @@
 
 namespace rn50 {
 
-/// oneDNN fp32 engine (engine_cpu.cpp).
-std::unique_ptr<InferenceEngine> make_cpu_engine(InferenceProgram program);
+/// oneDNN engine (engine_cpu.cpp); precision "fp32" or "bf16".
+std::unique_ptr<InferenceEngine> make_cpu_engine(InferenceProgram program,
+                                                 const std::string& precision);
 
 }  // namespace rn50
