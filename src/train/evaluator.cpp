@@ -29,9 +29,17 @@ void allreduce_metric_sums(Communicator& comm, MetricSums& sums, int64_t& bad) {
 
 EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double label_smoothing,
                     int print_interval, int epoch, Communicator* comm) {
-  InputStage input(backend, model.options().layout, model.options().compute_dtype,
-                   model.options().num_classes, 1);
-  const int64_t k = model.options().num_classes;
+  const ModelOptions& o = model.options();
+  return evaluate([&model](const Tensor& x) { return model.forward(x, /*train=*/false); },
+                  o.num_classes, o.layout, o.compute_dtype, backend, source, label_smoothing,
+                  print_interval, epoch, comm);
+}
+
+EvalResult evaluate(const EvalForward& forward, int64_t num_classes, Layout layout, DType dtype,
+                    Backend& backend, DataSource& source, double label_smoothing,
+                    int print_interval, int epoch, Communicator* comm) {
+  InputStage input(backend, layout, dtype, static_cast<int>(num_classes), 1);
+  const int64_t k = num_classes;
   // Per-batch results stay on the device and are read back every `chunk` batches: the mean
   // loss of the batch's valid rows, and its top-1/top-5 hits.
   const int64_t chunk = print_interval > 0 ? print_interval : 64;
@@ -66,7 +74,7 @@ EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double 
     if (comm) comm->heartbeat();
     if (b.size <= 0) continue;
     input.load(b);
-    const Tensor& logits = model.forward(input.x(), /*train=*/false);
+    const Tensor logits = forward(input.x());
     RN50_CHECK(logits.ndim() == 2 && logits.dim(1) == k, "model returned logits {}, expected "
                "(N, {})", logits.str(), k);
     if (!probs.defined() || probs.dim(0) < logits.dim(0))

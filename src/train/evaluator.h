@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "rn50/backend.h"
 #include "rn50/data.h"
@@ -35,6 +36,16 @@ void allreduce_metric_sums(Communicator& comm, MetricSums& sums, int64_t& bad);
 /// over the ranks in one allreduce, so every rank returns the exact global result whatever the
 /// world size; the watchdog heartbeat is given every batch.
 EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double label_smoothing,
+                    int print_interval, int epoch = 0, Communicator* comm = nullptr);
+
+/// The logits (N, classes) f32 of an input batch x (N, 3, H, W) as InputStage makes it; memory
+/// the backend's ops can read (the CPU backends: any host tensor).
+using EvalForward = std::function<Tensor(const Tensor& x)>;
+
+/// The same pass with any forward function (the inference engine's run() in `rn50 eval` on the
+/// CPU): inputs are staged in `layout` and `dtype` for a `num_classes`-way model.
+EvalResult evaluate(const EvalForward& forward, int64_t num_classes, Layout layout, DType dtype,
+                    Backend& backend, DataSource& source, double label_smoothing,
                     int print_interval, int epoch = 0, Communicator* comm = nullptr);
 
 }  // namespace rn50

@@ -22,6 +22,7 @@
 #include "rn50/backend.h"
 #include "rn50/data.h"
 #include "rn50/dist.h"
+#include "rn50/inference.h"
 #include "rn50/model.h"
 #include "rn50/train.h"
 #include "train/checkpoint.h"
@@ -432,8 +433,21 @@ void Trainer::run_eval_only() {
   if (cfg_.from_checkpoint.empty() && cfg_.from_pretrained_params.empty())
     warn("warning: evaluating randomly initialised weights (pass --from-checkpoint or "
                  "--from-pretrained-params)\n");
-  EvalResult r = evaluate(*model_, *backend_, *val_, cfg_.label_smoothing,
-                          g_log ? cfg_.print_interval : 0, 0, comm_.get());
+  EvalResult r;
+  if (backend_->name() == "onednn") {
+    // The inference engine: BatchNorm folded, ReLU/residual add fused, no training buffers.
+    std::map<std::string, Tensor> sd;
+    for (auto& [k, t] : model_->state_dict()) sd.emplace(k, t);
+    auto engine = make_inference_engine(fold_network(model_->desc(), sd, model_->options().bn_eps));
+    out("eval: {} inference engine (BatchNorm folded into the convolutions)\n",
+        engine->precision());
+    r = evaluate([&engine](const Tensor& x) { return engine->run(x); }, num_classes_,
+                 Layout::NHWC, DType::f32, *backend_, *val_, cfg_.label_smoothing,
+                 g_log ? cfg_.print_interval : 0, 0, comm_.get());
+  } else {
+    r = evaluate(*model_, *backend_, *val_, cfg_.label_smoothing, g_log ? cfg_.print_interval : 0,
+                 0, comm_.get());
+  }
   out("eval: loss {:.4f} top1 {:.2f}% top5 {:.2f}% ({} images, {:.1f} img/s, {} bad)\n", r.loss,
       r.top1, r.top5, r.images, r.ips, r.bad_samples);
   ReportRecord rec("eval");
