@@ -12,6 +12,7 @@
 #include "core/fileio.h"
 #include "core/safetensors.h"
 #include "infer_test_util.h"
+#include "require.h"
 #include "rn50/backend.h"
 #include "rn50/error.h"
 #include "rn50/inference.h"
@@ -158,6 +159,41 @@ TEST(InferModelIo, CliExportsCheckpointsAndWeightsFiles) {
   const Tensor a = make_inference_engine(load_inference_model(m1).program)->run(x);
   const Tensor b = make_inference_engine(load_inference_model(m2).program)->run(x);
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0);
+
+  // rn50 predict --model: the same top-5 as from the checkpoint's weights, with the model's
+  // class names and sizes (an image of ../shared when present).
+  fs::path image;
+  if (fs::is_directory(imagenette_root() / "val")) {
+    for (auto& e : fs::recursive_directory_iterator(imagenette_root() / "val"))
+      if (e.is_regular_file()) {
+        image = e.path();
+        break;
+      }
+  }
+  RN50_REQUIRE_OR_SKIP("data", !image.empty(), "imagenette not found");
+  std::string pm, pw;
+  ASSERT_EQ(
+      run_command(cli + " predict --json --model " + sh_quote(m1) + " " + sh_quote(image.string()),
+                  &pm),
+      0)
+      << pm;
+  ASSERT_EQ(run_command(cli +
+                            " predict --json --device cpu --crop-size 32 --resize-short 37 "
+                            "--from-pretrained-params " +
+                            sh_quote(ck + "/resnet18/0/model.safetensors") + " " +
+                            sh_quote(image.string()),
+                        &pw),
+            0)
+      << pw;
+  EXPECT_EQ(pm, pw);
+  EXPECT_NE(pm.find("class_0000"), std::string::npos) << pm;  // names from model.json
+  EXPECT_NE(run_command(cli + " predict --model " + sh_quote(m1) + " --from-pretrained-params " +
+                            sh_quote(ck + "/resnet18/0/model.safetensors") + " " +
+                            sh_quote(image.string()),
+                        &out),
+            0);
+  EXPECT_NE(out.find("one of --from-pretrained-params FILE and --model DIR"), std::string::npos)
+      << out;
 
   // What is not built yet, or ambiguous, is refused.
   EXPECT_NE(run_command(cli + " export --from-checkpoint " + sh_quote(ck + "/resnet18") +

@@ -215,7 +215,9 @@ int main(int argc, char** argv) {
   rn50::PredictConfig pc;
   CLI::App* predict = app.add_subcommand("predict", "classify image files (top-k per image)");
   predict->add_option("--from-pretrained-params", pc.weights,
-                      "safetensors weights with torchvision keys")->required();
+                      "safetensors weights with torchvision keys");
+  predict->add_option("--model", pc.model_dir,
+                      "an rn50 inference model folder (rn50 export), instead of the weights");
   predict->add_option("--arch", pc.arch, "architecture (default: inferred from the file's keys)");
   predict->add_option("--num-of-class", pc.num_classes,
                       "classes (default: from the file's fc.weight)");
@@ -224,8 +226,8 @@ int main(int argc, char** argv) {
                       "imagenet1k_classes.tsv)");
   predict->add_flag("--json", pc.json, "one JSON object per image");
   predict->add_option("--resize-short", pc.resize_short,
-                      "resize the shorter side to this, pixels (256)");
-  predict->add_option("--crop-size", pc.crop_size, "center crop, pixels (224)");
+                      "resize the shorter side to this, pixels (the model's, else 256)");
+  predict->add_option("--crop-size", pc.crop_size, "center crop, pixels (the model's, else 224)");
   predict->add_option("--top-k", pc.top_k, "classes printed per image (5)");
   predict->add_option("--device", pc.device, "auto | cpu | cuda[:N] (default auto)");
   predict->add_option("images", pc.images, "image files (JPEG or PNG)")->required();

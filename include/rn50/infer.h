@@ -11,8 +11,11 @@ namespace rn50 {
 
 /// `rn50 predict`: classify images with weights from a safetensors file.
 struct PredictConfig {
-  /// --from-pretrained-params: safetensors with torchvision keys (required).
+  /// --from-pretrained-params: safetensors with torchvision keys; or
   std::string weights;
+  /// --model: an rn50 inference model folder (rn50 export), which also gives the class names
+  /// and the resize/crop sizes. Exactly one of the two.
+  std::string model_dir;
   /// --arch: architecture; empty = inferred from the file's keys (bottleneck / blocks per stage).
   std::string arch;
   /// --num-of-class: 0 = fc.weight's first dimension in the file.
@@ -22,9 +25,10 @@ struct PredictConfig {
   std::string classes_tsv;
   /// --json: one JSON object per image instead of text.
   bool json = false;
-  /// --resize-short / --crop-size: eval transform (resize shorter side, center crop), pixels.
-  int resize_short = 256;
-  int crop_size = 224;
+  /// --resize-short / --crop-size: eval transform (resize shorter side, center crop), pixels;
+  /// 0 = the model folder's, else 256 / 224.
+  int resize_short = 0;
+  int crop_size = 0;
   /// --top-k: how many classes per image (default 5).
   int top_k = 5;
   /// --device: as TrainConfig::device.

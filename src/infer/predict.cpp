@@ -69,68 +69,93 @@ std::map<int64_t, ClassName> read_classes_tsv(const std::string& path) {
 int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err) {
   int failed = 0;
   try {
-    RN50_CHECK(!cfg.weights.empty(), "--from-pretrained-params is required");
+    RN50_CHECK(cfg.weights.empty() != cfg.model_dir.empty(),
+               "pass one of --from-pretrained-params FILE and --model DIR");
     RN50_CHECK(!cfg.images.empty(), "no image files given");
-    RN50_CHECK(cfg.crop_size >= 1, "--crop-size {}: must be >= 1", cfg.crop_size);
-    RN50_CHECK(cfg.resize_short >= 1, "--resize-short {}: must be >= 1", cfg.resize_short);
+    RN50_CHECK(cfg.crop_size >= 0, "--crop-size {}: must be >= 1 (0: the model's or 224)",
+               cfg.crop_size);
+    RN50_CHECK(cfg.resize_short >= 0, "--resize-short {}: must be >= 1 (0: the model's or 256)",
+               cfg.resize_short);
     RN50_CHECK(cfg.top_k >= 1, "--top-k {}: must be >= 1", cfg.top_k);
     RN50_CHECK(cfg.num_classes >= 0, "--num-of-class {}: must be >= 0", cfg.num_classes);
     const DeviceChoice dev = resolve_device(cfg.device);
+    BackendOptions bo;
+    bo.device_index = dev.index;
+    auto backend = make_backend(dev.backend, bo);
+    ModelOptions mo;
+    mo.layout = Layout::NHWC;
 
-    SafeTensorsFile file = load_safetensors(cfg.weights);
-    const std::string arch = cfg.arch.empty() ? infer_arch(file.tensors, cfg.weights) : cfg.arch;
+    // CPU: the inference engine (BN folded, fused post-ops, no training buffers). GPU: the
+    // training graph in eval mode until the GPU engine exists.
+    std::unique_ptr<InferenceEngine> engine;
+    std::unique_ptr<ResNet> model;
     int num_classes = cfg.num_classes;
-    if (num_classes == 0) {
-      auto it = file.tensors.find("fc.weight");
-      RN50_CHECK(it != file.tensors.end() && it->second.ndim() == 2,
-                 "--from-pretrained-params '{}': no 2-D 'fc.weight' to take the class count from "
-                 "(pass --num-of-class)",
-                 cfg.weights);
-      num_classes = static_cast<int>(it->second.dim(0));
-    }
-    const int top = std::min(cfg.top_k, num_classes);
-
-    std::map<int64_t, ClassName> names;
-    if (!cfg.classes_tsv.empty()) {
-      names = read_classes_tsv(cfg.classes_tsv);
+    int resize_short = cfg.resize_short > 0 ? cfg.resize_short : 256;
+    int crop_size = cfg.crop_size > 0 ? cfg.crop_size : 224;
+    std::vector<std::string> model_classes;  // from a checkpoint's state.json or model.json
+    if (!cfg.model_dir.empty()) {
+      RN50_CHECK(dev.backend != "cuda",
+                 "--model runs on the CPU inference engine only so far (the GPU engine is not "
+                 "built yet); use --device cpu, or --from-pretrained-params on the GPU");
+      RN50_CHECK(cfg.arch.empty() && cfg.num_classes == 0,
+                 "--arch / --num-of-class: the model folder '{}' fixes them; drop the flags",
+                 cfg.model_dir);
+      InferenceModel m = load_inference_model(cfg.model_dir);
+      const std::vector<float> mean(kImageNetMean.begin(), kImageNetMean.end()),
+          std(kImageNetStd.begin(), kImageNetStd.end());
+      RN50_CHECK(m.info.mean == mean && m.info.std == std,
+                 "'{}': the model normalises with another mean/std than ImageNet's, which rn50 "
+                 "predict does not support yet",
+                 cfg.model_dir);
+      num_classes = m.program.num_classes;
+      if (cfg.resize_short == 0) resize_short = m.info.resize_short;
+      if (cfg.crop_size == 0) crop_size = m.info.crop_size;
+      model_classes = m.info.classes;
+      engine = make_inference_engine(std::move(m.program));
     } else {
+      SafeTensorsFile file = load_safetensors(cfg.weights);
+      const std::string arch = cfg.arch.empty() ? infer_arch(file.tensors, cfg.weights) : cfg.arch;
+      if (num_classes == 0) {
+        auto it = file.tensors.find("fc.weight");
+        RN50_CHECK(it != file.tensors.end() && it->second.ndim() == 2,
+                   "--from-pretrained-params '{}': no 2-D 'fc.weight' to take the class count "
+                   "from (pass --num-of-class)",
+                   cfg.weights);
+        num_classes = static_cast<int>(it->second.dim(0));
+      }
+      mo.num_classes = num_classes;
+      if (dev.backend == "cuda") {
+        model = std::make_unique<ResNet>(*backend, arch_from_name(arch), mo);
+        model->init(0);
+        load_pretrained_params(file, cfg.weights, *model);
+      } else {
+        engine = make_inference_engine(fold_network(describe(arch_from_name(arch), num_classes),
+                                                    state_dict_f32(file, cfg.weights, num_classes),
+                                                    mo.bn_eps));
+      }
       // Weights inside an rn50 checkpoint folder: take the class list from its state.json.
       const fs::path state = fs::path(cfg.weights).parent_path() / "state.json";
       if (fs::exists(state)) {
         try {
           auto j = nlohmann::json::parse(read_file(state.string()));
-          auto cls = j.value("classes", std::vector<std::string>{});
-          for (size_t i = 0; i < cls.size(); ++i)
-            names[static_cast<int64_t>(i)] = ClassName{cls[i], ""};
+          model_classes = j.value("classes", std::vector<std::string>{});
         } catch (const std::exception&) {
           // not an rn50 state file: indices only
         }
       }
     }
-
-    BackendOptions bo;
-    bo.device_index = dev.index;
-    auto backend = make_backend(dev.backend, bo);
-    ModelOptions mo;
-    mo.num_classes = num_classes;
-    mo.layout = Layout::NHWC;
-    // CPU: the inference engine (BN folded, fused post-ops, no training buffers). GPU: the
-    // training graph in eval mode until the GPU engine exists.
-    std::unique_ptr<InferenceEngine> engine;
-    std::unique_ptr<ResNet> model;
-    if (dev.backend == "cuda") {
-      model = std::make_unique<ResNet>(*backend, arch_from_name(arch), mo);
-      model->init(0);
-      load_pretrained_params(file, cfg.weights, *model);
+    const int top = std::min(cfg.top_k, num_classes);
+    std::map<int64_t, ClassName> names;
+    if (!cfg.classes_tsv.empty()) {
+      names = read_classes_tsv(cfg.classes_tsv);
     } else {
-      engine = make_inference_engine(fold_network(describe(arch_from_name(arch), num_classes),
-                                                  state_dict_f32(file, cfg.weights, num_classes),
-                                                  mo.bn_eps));
+      for (size_t i = 0; i < model_classes.size(); ++i)
+        names[static_cast<int64_t>(i)] = ClassName{model_classes[i], ""};
     }
 
     InputStage input(*backend, mo.layout, mo.compute_dtype, num_classes, 1);
     Batch b;
-    b.images = Tensor::empty({1, 3, cfg.crop_size, cfg.crop_size}, DType::u8, Layout::NHWC);
+    b.images = Tensor::empty({1, 3, crop_size, crop_size}, DType::u8, Layout::NHWC);
     b.labels = Tensor::zeros({1}, DType::i32);
     b.size = 1;
     Tensor host_logits = Tensor::empty({1, num_classes}, DType::f32);
@@ -139,7 +164,7 @@ int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err) 
     for (const std::string& path : cfg.images) {
       try {
         Image img = data::decode_image_file(path);
-        data::eval_transform(img, cfg.resize_short, cfg.crop_size, b.images.data_as<uint8_t>());
+        data::eval_transform(img, resize_short, crop_size, b.images.data_as<uint8_t>());
       } catch (const std::exception& e) {
         ++failed;
         err << "error: cannot read image '" << path << "': " << e.what() << "\n";
