@@ -40,7 +40,8 @@ struct Step {
 
 struct Plan {
   int64_t n = 0, h = 0, w = 0;
-  std::vector<std::vector<float>> buffers;  ///< sized in elements: room for f32 or bf16
+  std::vector<std::vector<float>>
+      buffers;  ///< activation storage (bf16 values packed two per float)
   std::vector<Step> steps;
   std::vector<memory> packed;  ///< packed conv/fc weights, kept alive
   memory input;                ///< the network input buffer, nhwc
@@ -140,10 +141,12 @@ class CpuEngine final : public InferenceEngine {
     plan->w = w;
     // Liveness assignment of buffers: value -> buffer index.
     std::vector<int> buf_of(nv, -1);
-    std::vector<size_t> buf_size;
+    std::vector<size_t> buf_size;  // bytes
     std::vector<int> free_bufs;
-    auto elems = [&](size_t v) {
-      return static_cast<size_t>(n * shape[v][0] * shape[v][1] * shape[v][2]);
+    const size_t logits_value = static_cast<size_t>(ops.back().output);
+    auto bytes = [&](size_t v) {  // activations in act_, the logits in f32
+      const size_t e = static_cast<size_t>(n * shape[v][0] * shape[v][1] * shape[v][2]);
+      return e * (v == logits_value ? sizeof(float) : memory::data_type_size(act_));
     };
     auto take = [&](size_t v) {
       int b;
@@ -154,7 +157,7 @@ class CpuEngine final : public InferenceEngine {
         b = static_cast<int>(buf_size.size());
         buf_size.push_back(0);
       }
-      buf_size[static_cast<size_t>(b)] = std::max(buf_size[static_cast<size_t>(b)], elems(v));
+      buf_size[static_cast<size_t>(b)] = std::max(buf_size[static_cast<size_t>(b)], bytes(v));
       buf_of[v] = b;
     };
     take(0);
@@ -182,7 +185,8 @@ class CpuEngine final : public InferenceEngine {
       }
     }
     plan->buffers.resize(buf_size.size());
-    for (size_t b = 0; b < buf_size.size(); ++b) plan->buffers[b].resize(buf_size[b]);
+    for (size_t b = 0; b < buf_size.size(); ++b)
+      plan->buffers[b].resize((buf_size[b] + sizeof(float) - 1) / sizeof(float));
     auto ptr = [&](int v) {
       return plan->buffers[static_cast<size_t>(buf_of[static_cast<size_t>(v)])].data();
     };
