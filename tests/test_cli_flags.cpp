@@ -60,6 +60,7 @@ TEST(CliFlags, BadValuesAreRejectedWithTheirFlag) {
       {"train --epochs abc", "--epochs"},
       {"train --no-such-flag 3", "--no-such-flag"},
       {"eval --data synthetic --from-checkpoint " + tmp.str() + "/nothing", "--from-checkpoint"},
+      {"train --data synthetic --benchmark --inference-dir x", "--inference-dir has no effect"},
       {"predict", "images is required"},
       {"predict x.jpg", "pass one of --from-pretrained-params FILE and --model DIR"},
       {"predict --from-pretrained-params " + tmp.str() + "/missing.safetensors x.jpg",

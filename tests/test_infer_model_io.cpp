@@ -122,13 +122,14 @@ TEST(InferModelIo, CliExportsCheckpointsAndWeightsFiles) {
   TempDir tmp("infer_export_cli");
   const std::string cli = RN50_CLI, ck = (tmp.path / "ck").string();
   std::string out;
-  ASSERT_EQ(run_command(cli +
-                            " train --data synthetic --epochs 1 --batch-size 2 --crop-size 32 "
-                            "--arch resnet18 --num-of-class 3 --synthetic-samples 4 "
-                            "--warmup-epochs 0 --checkpoint-dir " +
-                            sh_quote(ck),
-                        &out),
-            0)
+  ASSERT_EQ(
+      run_command(cli +
+                      " train --data synthetic --epochs 1 --batch-size 2 --crop-size 32 "
+                      "--arch resnet18 --num-of-class 3 --synthetic-samples 4 "
+                      "--warmup-epochs 0 --checkpoint-dir " +
+                      sh_quote(ck) + " --inference-dir " + sh_quote((tmp.path / "m0").string()),
+                  &out),
+      0)
       << out;
   const std::string m1 = (tmp.path / "m1").string();
   ASSERT_EQ(run_command(cli + " export --from-checkpoint " + sh_quote(ck + "/resnet18") +
@@ -159,6 +160,11 @@ TEST(InferModelIo, CliExportsCheckpointsAndWeightsFiles) {
   const Tensor a = make_inference_engine(load_inference_model(m1).program)->run(x);
   const Tensor b = make_inference_engine(load_inference_model(m2).program)->run(x);
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0);
+  // --inference-dir wrote the same model at the end of training.
+  const InferenceModel m0 = load_inference_model((tmp.path / "m0").string());
+  EXPECT_EQ(m0.info.crop_size, 32);
+  const Tensor c = make_inference_engine(m0.program)->run(x);
+  EXPECT_EQ(std::memcmp(a.data(), c.data(), a.nbytes()), 0);
 
   // rn50 predict --model: the same top-5 as from the checkpoint's weights, with the model's
   // class names and sizes (an image of ../shared when present).

@@ -138,6 +138,9 @@ struct TrainConfig {
   int save_interval = 1;
   /// --checkpoint-dir: checkpoints go to <checkpoint-dir>/<arch>/<epoch>/ (default ./output).
   std::string checkpoint_dir = "./output";
+  /// --inference-dir: after the last epoch, write the trained model for inference there (rn50
+  /// export's format: model.json + model.safetensors, BatchNorm folded; DLE flag). Empty = none.
+  std::string inference_dir;
   /// --report-file: JSON-lines report (config, step, epoch, eval, benchmark lines); empty = none.
   std::string report_file;
   /// --from-checkpoint: resume from a directory of epoch folders (<checkpoint-dir>/<arch>) or

@@ -103,6 +103,9 @@ void validate(const TrainConfig& c) {
          "--benchmark and evaluation write no checkpoints");
   refuse("--checkpoint-dir", c.benchmark || !training,
          "--benchmark and evaluation write no checkpoints");
+  refuse("--inference-dir", c.benchmark || !training,
+         "only a training run writes an inference model at its end; use rn50 export on a "
+         "checkpoint");
   refuse("--last-epoch-of-checkpoint", c.from_checkpoint.empty(),
          "it picks the epoch folder of --from-checkpoint; add --from-checkpoint");
   refuse("--zero-init-residual", !c.from_checkpoint.empty() || !c.from_pretrained_params.empty(),

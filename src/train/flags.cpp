@@ -310,6 +310,10 @@ std::vector<FlagSpec> make_table() {
                       at_least(0)));
   t.push_back(text("--checkpoint-dir", &C::checkpoint_dir,
                    "checkpoints go to <dir>/<arch>/<epoch>/", T));
+  t.push_back(text("--inference-dir", &C::inference_dir,
+                   "after the last epoch, write the model for inference there (as rn50 export: "
+                   "model.json + model.safetensors, BatchNorm folded); empty = none",
+                   T));
   t.push_back(text("--report-file", &C::report_file,
                    "JSON-lines report (config, step, epoch, eval, benchmark lines); empty = none",
                    B));

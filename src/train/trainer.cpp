@@ -655,6 +655,19 @@ void Trainer::run_training() {
     if (do_eval) set_val(r, ev);
     report_.write(r);
   }
+  if (!cfg_.inference_dir.empty() && proc_.rank == 0) {
+    std::map<std::string, Tensor> sd;
+    for (auto& [k, t] : model_->state_dict()) sd.emplace(k, t);
+    InferenceModel m;
+    m.program = fold_network(model_->desc(), sd, model_->options().bn_eps);
+    if (static_cast<int>(classes_.size()) == num_classes_) m.info.classes = classes_;
+    m.info.resize_short = cfg_.resize_short;
+    m.info.crop_size = cfg_.crop_size;
+    save_inference_model(m, cfg_.inference_dir);
+    out("wrote the inference model to {} (BatchNorm folded; rn50 predict --model, rn50 bench "
+        "infer --model)\n",
+        cfg_.inference_dir);
+  }
 }
 
 void Trainer::run_benchmark() {
