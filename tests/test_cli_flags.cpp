@@ -48,7 +48,7 @@ TEST(CliFlags, BadValuesAreRejectedWithTheirFlag) {
       {"train --data synthetic --scale-loss 0", "--scale-loss 0"},
       {"train --data synthetic --device tpu", "--device 'tpu'"},
       {"train --data synthetic --last-epoch-of-checkpoint latest", "'latest'"},
-      {"train --data synthetic --benchmark --run-scope eval_only", "--benchmark"},
+      {"eval --data synthetic --benchmark --benchmark-steps 0", "--benchmark-steps 0"},
       // A new user with no dataset: what to pass, and where the README says how to get data.
       {"train", "pass --image-root DIR"},
       {"train", "--data synthetic"},

@@ -161,6 +161,13 @@ TEST(ReportSchema, EveryLineRealRunsWriteConforms) {
           tmp.path / "bench.jsonl");
   EXPECT_EQ(b.count("benchmark"), 1u);
 
+  auto eb = run(" eval --data synthetic --benchmark --benchmark-steps 2 "
+                "--benchmark-warmup-steps 1 --batch-size 2 --num-of-class 2 --from-checkpoint " +
+                    last,
+                tmp.path / "eval_bench.jsonl");
+  EXPECT_EQ(eb.count("config"), 1u);
+  EXPECT_EQ(eb.count("infer_benchmark"), 1u);
+
   const int rc = run_command(cli + " bench loader --image-root " + data +
                                  " --batch-size 4 --crop-size 32 --workers 2 --batches 2 "
                                  "--warmup-batches 1 --report-file " +

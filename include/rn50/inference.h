@@ -193,6 +193,16 @@ struct InferBenchPoint {
 /// rn50::Error naming the flag for a bad value (batch size < 1, steps < 1, ...).
 std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostream& out);
 
+class ReportWriter;
+
+/// Times `engine` as bench_infer does, for cfg.batch_sizes, cfg.crop_size, cfg.steps and
+/// cfg.warmup_steps (cfg's model fields are not used; `arch` and `classes` label the output).
+/// Prints the table to `out` and writes an infer_benchmark line per batch size to `report`
+/// when it is not null.
+std::vector<InferBenchPoint> time_engine(InferenceEngine& engine, const InferBenchConfig& cfg,
+                                         const std::string& arch, int classes, std::ostream& out,
+                                         ReportWriter* report);
+
 /// The q-th percentile (0-100) of `v`, linear interpolation between closest ranks
 /// (numpy.percentile's default). Throws rn50::Error when v is empty.
 double percentile(std::vector<double> v, double q);

@@ -42,6 +42,9 @@ struct TrainConfig {
   RunScope run_scope = RunScope::train_eval;
   /// --benchmark: time benchmark_warmup_steps + benchmark_steps training steps, report train.ips
   /// (images / wall seconds of the measured steps); no evaluation, no checkpoints (DLE Paddle).
+  /// With run_scope eval_only (`rn50 eval --benchmark`, DLE's inference benchmark): time
+  /// benchmark_steps calls of the CPU inference engine on batch_size random images after the
+  /// warm-up calls, report infer.ips and latency avg/p50/p90/p95/p99 (an infer_benchmark line).
   bool benchmark = false;
   /// --benchmark-steps: measured steps (DLE Paddle default 100; 50 here: CPU runs are slow).
   int benchmark_steps = 50;

@@ -154,7 +154,8 @@ std::vector<ReportRecordType> make_schema() {
   s.push_back(std::move(loader));
 
   ReportRecordType infer{"infer_benchmark",
-                         "by `rn50 bench infer`, one per batch size (appended to --report-file)",
+                         "by `rn50 bench infer`, one per batch size (appended to --report-file), "
+                         "and once by `rn50 eval --benchmark` (after its config line)",
                          {},
                          false};
   auto& f = infer.fields;

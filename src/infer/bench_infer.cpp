@@ -71,9 +71,16 @@ std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostre
   }
 
   ReportWriter report(cfg.report_file, ReportWriter::Mode::append);
-  out << fmt::format("rn50 bench infer: {} {} classes, {} on {}, {}x{}, {} timed calls after {}\n",
-                     arch, classes, engine->precision(), cfg.engine.device, cfg.crop_size,
-                     cfg.crop_size, cfg.steps, cfg.warmup_steps);
+  return time_engine(*engine, cfg, arch, classes, out, &report);
+}
+
+std::vector<InferBenchPoint> time_engine(InferenceEngine& engine, const InferBenchConfig& cfg,
+                                         const std::string& arch, int classes, std::ostream& out,
+                                         ReportWriter* report) {
+  out << fmt::format(
+      "inference benchmark: {} {} classes, {} on {}, {}x{}, {} timed calls after {}\n", arch,
+      classes, engine.precision(), cfg.engine.device, cfg.crop_size, cfg.crop_size, cfg.steps,
+      cfg.warmup_steps);
   out << fmt::format("{:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "batch", "img/s",
                      "avg ms", "p50 ms", "p90 ms", "p95 ms", "p99 ms");
   out.flush();
@@ -83,12 +90,12 @@ std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostre
   for (int b : cfg.batch_sizes) {
     Tensor x = Tensor::empty({b, 3, cfg.crop_size, cfg.crop_size}, DType::f32, Layout::NHWC);
     for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = nd(gen);
-    for (int i = 0; i < cfg.warmup_steps; ++i) engine->run(x);
+    for (int i = 0; i < cfg.warmup_steps; ++i) engine.run(x);
     std::vector<double> ms;
     double total = 0;
     for (int i = 0; i < cfg.steps; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      engine->run(x);
+      engine.run(x);
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       total += s;
       ms.push_back(1e3 * s);
@@ -119,9 +126,9 @@ std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostre
         .set("arch", arch)
         .set("num_of_class", classes)
         .set("crop_size", cfg.crop_size)
-        .set("precision", engine->precision())
+        .set("precision", engine.precision())
         .set("device", cfg.engine.device);
-    report.write(r);
+    if (report) report->write(r);
     points.push_back(p);
   }
   return points;

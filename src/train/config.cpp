@@ -63,8 +63,6 @@ void validate(const TrainConfig& c) {
                "holding train/<class>/*.JPEG and val/<class>/* ({}), or --data synthetic for "
                "random images (benchmarks only)",
                kDataHelp);
-  RN50_CHECK(!(c.benchmark && c.run_scope == RunScope::eval_only),
-             "--benchmark times training steps: it cannot be combined with --run-scope eval_only");
   RN50_CHECK(c.from_checkpoint.empty() || c.from_pretrained_params.empty(),
              "--from-checkpoint and --from-pretrained-params are exclusive (a checkpoint already "
              "holds the weights)");

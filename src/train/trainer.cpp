@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "core/check.h"
 #include "core/report.h"
@@ -106,6 +107,10 @@ class Trainer {
   void load_weights();
   void write_config_line();
   void run_eval_only();
+  /// rn50 eval --benchmark: the CPU inference engine timed at --batch-size.
+  void run_eval_benchmark();
+  /// The inference engine over the model's current weights (BatchNorm folded).
+  std::unique_ptr<InferenceEngine> make_engine();
   void run_training();
   void run_benchmark();
   /// One optimiser step on `b` with learning rate `lr`; its loss lands in loss_hist_[slot] and,
@@ -424,9 +429,32 @@ void Trainer::run_impl() {
                                                                         : kTrainCommand));
   load_weights();
   write_config_line();
-  if (cfg_.run_scope == RunScope::eval_only) return run_eval_only();
+  if (cfg_.run_scope == RunScope::eval_only)
+    return cfg_.benchmark ? run_eval_benchmark() : run_eval_only();
   if (cfg_.benchmark) return run_benchmark();
   run_training();
+}
+
+std::unique_ptr<InferenceEngine> Trainer::make_engine() {
+  std::map<std::string, Tensor> sd;
+  for (auto& [k, t] : model_->state_dict()) sd.emplace(k, t);
+  return make_inference_engine(fold_network(model_->desc(), sd, model_->options().bn_eps));
+}
+
+void Trainer::run_eval_benchmark() {
+  RN50_CHECK(backend_->name() == "onednn",
+             "rn50 eval --benchmark times the CPU inference engine (the GPU engine is not built "
+             "yet); use --device cpu");
+  auto engine = make_engine();
+  InferBenchConfig c;
+  c.batch_sizes = {cfg_.batch_size};
+  c.crop_size = cfg_.crop_size;
+  c.steps = cfg_.benchmark_steps;
+  c.warmup_steps = cfg_.benchmark_warmup_steps;
+  c.seed = cfg_.seed;
+  std::ostringstream table;
+  time_engine(*engine, c, cfg_.arch, num_classes_, table, &report_);
+  out("{}", table.str());
 }
 
 void Trainer::run_eval_only() {
@@ -435,10 +463,7 @@ void Trainer::run_eval_only() {
                  "--from-pretrained-params)\n");
   EvalResult r;
   if (backend_->name() == "onednn") {
-    // The inference engine: BatchNorm folded, ReLU/residual add fused, no training buffers.
-    std::map<std::string, Tensor> sd;
-    for (auto& [k, t] : model_->state_dict()) sd.emplace(k, t);
-    auto engine = make_inference_engine(fold_network(model_->desc(), sd, model_->options().bn_eps));
+    auto engine = make_engine();
     out("eval: {} inference engine (BatchNorm folded into the convolutions)\n",
         engine->precision());
     r = evaluate([&engine](const Tensor& x) { return engine->run(x); }, num_classes_,
