@@ -72,6 +72,13 @@ InferenceProgram fold_network(const NetworkDesc& desc,
                               const std::map<std::string, Tensor>& state_dict,
                               double bn_eps = 1e-5);
 
+/// fold_network over a torchvision weights file (safetensors at `path`): `arch` empty = inferred
+/// from its keys, `num_classes` 0 = fc.weight's rows. Throws naming the file as
+/// load_pretrained_params does, or naming the flag value that matches when fc.weight has another
+/// class count.
+InferenceProgram fold_weights_file(const std::string& path, const std::string& arch = "",
+                                   int num_classes = 0);
+
 /// What a deployed model needs beside its program: class names and the eval preprocessing.
 struct InferenceModelInfo {
   std::vector<std::string> classes;  ///< synsets / names by class index; may be empty

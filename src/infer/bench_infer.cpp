@@ -11,8 +11,6 @@
 
 #include "core/check.h"
 #include "core/report.h"
-#include "core/safetensors.h"
-#include "model/weights.h"
 #include "rn50/backend.h"
 #include "rn50/inference.h"
 #include "rn50/model.h"
@@ -44,30 +42,21 @@ std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostre
     arch = m.program.arch;
     classes = m.program.num_classes;
     engine = make_inference_engine(std::move(m.program), cfg.engine);
+  } else if (!cfg.weights.empty()) {
+    InferenceProgram p = fold_weights_file(cfg.weights, arch, classes);
+    arch = p.arch;
+    classes = p.num_classes;
+    engine = make_inference_engine(std::move(p), cfg.engine);
   } else {
+    RN50_CHECK(classes >= 1, "--num-of-class {}: must be >= 1", classes);
+    auto be = make_backend("ref");
+    ModelOptions mo;
+    mo.num_classes = classes;
+    ResNet model(*be, arch_from_name(arch), mo);
+    model.init(cfg.seed);
     std::map<std::string, Tensor> sd;
-    if (!cfg.weights.empty()) {
-      SafeTensorsFile file = load_safetensors(cfg.weights);
-      if (arch.empty()) arch = infer_arch(file.tensors, cfg.weights);
-      if (classes == 0) {
-        auto it = file.tensors.find("fc.weight");
-        RN50_CHECK(it != file.tensors.end() && it->second.ndim() == 2,
-                   "--from-pretrained-params '{}': no 2-D 'fc.weight' (pass --num-of-class)",
-                   cfg.weights);
-        classes = static_cast<int>(it->second.dim(0));
-      }
-      sd = state_dict_f32(file, cfg.weights, classes);
-    } else {
-      RN50_CHECK(classes >= 1, "--num-of-class {}: must be >= 1", classes);
-      auto be = make_backend("ref");
-      ModelOptions mo;
-      mo.num_classes = classes;
-      ResNet model(*be, arch_from_name(arch), mo);
-      model.init(cfg.seed);
-      for (auto& [k, t] : model.state_dict()) sd.emplace(k, t);
-    }
-    engine = make_inference_engine(fold_network(describe(arch_from_name(arch), classes), sd),
-                                   cfg.engine);
+    for (auto& [k, t] : model.state_dict()) sd.emplace(k, t);
+    engine = make_inference_engine(fold_network(model.desc(), sd), cfg.engine);
   }
 
   ReportWriter report(cfg.report_file, ReportWriter::Mode::append);

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/safetensors.h"
+#include "model/weights.h"
 #include "rn50/inference.h"
 
 namespace rn50 {
@@ -175,6 +177,14 @@ InferenceProgram fold_network(const NetworkDesc& d, const std::map<std::string, 
                  "inference: '{}' reads the output of '{}', which is not computed before it",
                  p.ops[o].name, d.layers[static_cast<size_t>(v)].name);
   return p;
+}
+
+InferenceProgram fold_weights_file(const std::string& path, const std::string& arch,
+                                   int num_classes) {
+  const SafeTensorsFile file = load_safetensors(path);
+  const std::string a = arch.empty() ? infer_arch(file.tensors, path) : arch;
+  const int k = classes_of(file, path, num_classes);
+  return fold_network(describe(arch_from_name(a), k), state_dict_f32(file, path, k));
 }
 
 }  // namespace rn50

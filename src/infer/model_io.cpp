@@ -10,7 +10,6 @@
 #include "core/check.h"
 #include "core/fileio.h"
 #include "core/safetensors.h"
-#include "model/weights.h"
 #include "rn50/inference.h"
 
 namespace rn50 {
@@ -240,19 +239,10 @@ void run_export(const ExportConfig& cfg, std::ostream& out) {
   RN50_CHECK(cfg.crop_size >= 1 && cfg.resize_short >= cfg.crop_size,
              "--resize-short {} / --crop-size {}: need crop >= 1 and resize >= crop",
              cfg.resize_short, cfg.crop_size);
-  SafeTensorsFile file = load_safetensors(cfg.weights);
-  const std::string arch = cfg.arch.empty() ? infer_arch(file.tensors, cfg.weights) : cfg.arch;
-  int classes = cfg.num_classes;
-  if (classes == 0) {
-    auto it = file.tensors.find("fc.weight");
-    RN50_CHECK(it != file.tensors.end() && it->second.ndim() == 2,
-               "'{}': no 2-D 'fc.weight' to take the class count from (pass --num-of-class)",
-               cfg.weights);
-    classes = static_cast<int>(it->second.dim(0));
-  }
   InferenceModel m;
-  m.program = fold_network(describe(arch_from_name(arch), classes),
-                           state_dict_f32(file, cfg.weights, classes));
+  m.program = fold_weights_file(cfg.weights, cfg.arch, cfg.num_classes);
+  const std::string& arch = m.program.arch;
+  const int classes = m.program.num_classes;
   m.info.classes = cfg.classes;
   RN50_CHECK(m.info.classes.empty() || static_cast<int>(m.info.classes.size()) == classes,
              "{} class names for a {}-class model", m.info.classes.size(), classes);

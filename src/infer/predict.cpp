@@ -112,27 +112,19 @@ int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err) 
       if (cfg.crop_size == 0) crop_size = m.info.crop_size;
       model_classes = m.info.classes;
       engine = make_inference_engine(std::move(m.program));
-    } else {
+    } else if (dev.backend == "cuda") {
       SafeTensorsFile file = load_safetensors(cfg.weights);
       const std::string arch = cfg.arch.empty() ? infer_arch(file.tensors, cfg.weights) : cfg.arch;
-      if (num_classes == 0) {
-        auto it = file.tensors.find("fc.weight");
-        RN50_CHECK(it != file.tensors.end() && it->second.ndim() == 2,
-                   "--from-pretrained-params '{}': no 2-D 'fc.weight' to take the class count "
-                   "from (pass --num-of-class)",
-                   cfg.weights);
-        num_classes = static_cast<int>(it->second.dim(0));
-      }
-      mo.num_classes = num_classes;
-      if (dev.backend == "cuda") {
-        model = std::make_unique<ResNet>(*backend, arch_from_name(arch), mo);
-        model->init(0);
-        load_pretrained_params(file, cfg.weights, *model);
-      } else {
-        engine = make_inference_engine(fold_network(describe(arch_from_name(arch), num_classes),
-                                                    state_dict_f32(file, cfg.weights, num_classes),
-                                                    mo.bn_eps));
-      }
+      num_classes = mo.num_classes = classes_of(file, cfg.weights, cfg.num_classes);
+      model = std::make_unique<ResNet>(*backend, arch_from_name(arch), mo);
+      model->init(0);
+      load_pretrained_params(file, cfg.weights, *model);
+    } else {
+      InferenceProgram p = fold_weights_file(cfg.weights, cfg.arch, cfg.num_classes);
+      num_classes = p.num_classes;
+      engine = make_inference_engine(std::move(p));
+    }
+    if (!cfg.weights.empty()) {
       // Weights inside an rn50 checkpoint folder: take the class list from its state.json.
       const fs::path state = fs::path(cfg.weights).parent_path() / "state.json";
       if (fs::exists(state)) {

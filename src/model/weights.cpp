@@ -139,6 +139,14 @@ std::string infer_arch(const std::map<std::string, Tensor>& sd, const std::strin
             sd.empty() ? "no tensors" : "no known ResNet matches");
 }
 
+int classes_of(const SafeTensorsFile& file, const std::string& path, int num_classes) {
+  if (num_classes > 0) return num_classes;
+  auto it = file.tensors.find("fc.weight");
+  RN50_CHECK(it != file.tensors.end() && it->second.ndim() == 2,
+             "'{}': no 2-D 'fc.weight' to take the class count from (pass --num-of-class)", path);
+  return static_cast<int>(it->second.dim(0));
+}
+
 std::map<std::string, Tensor> state_dict_f32(const SafeTensorsFile& file, const std::string& path,
                                              int num_classes) {
   std::map<std::string, Tensor> sd;

@@ -21,6 +21,10 @@ void load_pretrained_params(const std::string& path, ResNet& model);
 /// The same with the file already read (`path` names it in messages).
 void load_pretrained_params(const SafeTensorsFile& file, const std::string& path, ResNet& model);
 
+/// The class count of a torchvision weights file read from `path`: `num_classes` when > 0,
+/// else the rows of its fc.weight. Throws naming the path when fc.weight is missing or not 2-D.
+int classes_of(const SafeTensorsFile& file, const std::string& path, int num_classes);
+
 /// The file's tensors as f32 host tensors keyed by torchvision names (num_batches_tracked left
 /// out), for fold_network (rn50/inference.h). Throws naming the file when its fc.weight has
 /// another class count than `num_classes`, with the --num-of-class value that matches it.
