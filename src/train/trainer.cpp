@@ -109,8 +109,8 @@ class Trainer {
   void run_eval_only();
   /// rn50 eval --benchmark: the CPU inference engine timed at --batch-size.
   void run_eval_benchmark();
-  /// The inference engine over the model's current weights (BatchNorm folded).
-  std::unique_ptr<InferenceEngine> make_engine();
+  /// The inference program of the model's current weights (BatchNorm folded).
+  InferenceProgram folded_program();
   void run_training();
   void run_benchmark();
   /// One optimiser step on `b` with learning rate `lr`; its loss lands in loss_hist_[slot] and,
@@ -435,17 +435,17 @@ void Trainer::run_impl() {
   run_training();
 }
 
-std::unique_ptr<InferenceEngine> Trainer::make_engine() {
+InferenceProgram Trainer::folded_program() {
   std::map<std::string, Tensor> sd;
   for (auto& [k, t] : model_->state_dict()) sd.emplace(k, t);
-  return make_inference_engine(fold_network(model_->desc(), sd, model_->options().bn_eps));
+  return fold_network(model_->desc(), sd, model_->options().bn_eps);
 }
 
 void Trainer::run_eval_benchmark() {
   RN50_CHECK(backend_->name() == "onednn",
              "rn50 eval --benchmark times the CPU inference engine (the GPU engine is not built "
              "yet); use --device cpu");
-  auto engine = make_engine();
+  auto engine = make_inference_engine(folded_program());
   InferBenchConfig c;
   c.batch_sizes = {cfg_.batch_size};
   c.crop_size = cfg_.crop_size;
@@ -463,7 +463,7 @@ void Trainer::run_eval_only() {
                  "--from-pretrained-params)\n");
   EvalResult r;
   if (backend_->name() == "onednn") {
-    auto engine = make_engine();
+    auto engine = make_inference_engine(folded_program());
     out("eval: {} inference engine (BatchNorm folded into the convolutions)\n",
         engine->precision());
     r = evaluate([&engine](const Tensor& x) { return engine->run(x); }, num_classes_,
@@ -681,10 +681,8 @@ void Trainer::run_training() {
     report_.write(r);
   }
   if (!cfg_.inference_dir.empty() && proc_.rank == 0) {
-    std::map<std::string, Tensor> sd;
-    for (auto& [k, t] : model_->state_dict()) sd.emplace(k, t);
     InferenceModel m;
-    m.program = fold_network(model_->desc(), sd, model_->options().bn_eps);
+    m.program = folded_program();
     if (static_cast<int>(classes_.size()) == num_classes_) m.info.classes = classes_;
     m.info.resize_short = cfg_.resize_short;
     m.info.crop_size = cfg_.crop_size;
