@@ -40,11 +40,13 @@ struct Step {
 
 struct Plan {
   int64_t n = 0, h = 0, w = 0;
-  std::vector<std::vector<float>>
-      buffers;  ///< activation storage (bf16 values packed two per float)
+  /// Activation storage (bf16 values packed two per float).
+  std::vector<std::vector<float>> buffers;
   std::vector<Step> steps;
   std::vector<memory> packed;  ///< packed conv/fc weights, kept alive
   memory input;                ///< the network input buffer, nhwc
+  /// The user's f32 input (NCHW [0] or NHWC [1]) into `input`, built on first use.
+  dnnl::reorder load_input[2];
   const float* logits = nullptr;
 };
 
@@ -63,11 +65,13 @@ class CpuEngine final : public InferenceEngine {
                "inference: expected a host f32 (N, 3, H, W) image batch, got {}", x.str());
     std::lock_guard<std::mutex> lock(mu_);
     Plan& plan = plan_for(x.n(), x.h(), x.w());
-    // The input into the plan's nhwc buffer (a reorder from NCHW, a copy from NHWC).
-    const memory::dims dims{x.n(), 3, x.h(), x.w()};
-    memory user(memory::desc(dims, dt::f32, x.layout() == Layout::NHWC ? tag::nhwc : tag::nchw),
-                eng_, x.data());
-    dnnl::reorder(user, plan.input).execute(strm_, user, plan.input);
+    // The input into the plan's nhwc buffer (a reorder from NCHW, a copy/conversion from NHWC).
+    const bool nhwc = x.layout() == Layout::NHWC;
+    memory user(memory::desc({x.n(), 3, x.h(), x.w()}, dt::f32, nhwc ? tag::nhwc : tag::nchw), eng_,
+                x.data());
+    dnnl::reorder& load = plan.load_input[nhwc];
+    if (!load) load = dnnl::reorder(user, plan.input);
+    load.execute(strm_, user, plan.input);
     for (Step& s : plan.steps) {
       s.prim.execute(strm_, s.args);
     }
