@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "step_test_util.h"
 #include "rn50/backend.h"
 #include "rn50/data.h"
 #include "rn50/dist.h"
@@ -28,19 +29,8 @@ using namespace rn50;
 namespace {
 
 constexpr int kPerRank = 2, kHw = 32, kClasses = 7;
-const ArchSpec kNet{"bottleneck1111", true, {1, 1, 1, 1}};
-
 /// Slice `r` of the global batch: deterministic pixels and labels from (r).
-Batch slice_batch(int r) {
-  std::mt19937_64 g(1000 + static_cast<uint64_t>(r));
-  Batch b;
-  b.images = Tensor::empty({kPerRank, 3, kHw, kHw}, DType::u8, Layout::NHWC);
-  for (int64_t i = 0; i < b.images.numel(); ++i) b.images.data_as<uint8_t>()[i] = g() & 0xff;
-  b.labels = Tensor::empty({kPerRank}, DType::i32);
-  for (int i = 0; i < kPerRank; ++i) b.labels.data_as<int32_t>()[i] = static_cast<int32_t>(g() % kClasses);
-  b.size = kPerRank;
-  return b;
-}
+Batch slice_batch(int r) { return random_batch(kPerRank, kHw, kClasses, 1000 + static_cast<uint64_t>(r)); }
 
 std::vector<float> host_copy(Backend& be, const Tensor& t) {
   Tensor h = Tensor::empty(t.shape(), DType::f32);

@@ -1,10 +1,13 @@
-// Helpers of the inference tests: a model with random BatchNorm parameters and statistics.
+// Helpers of the inference tests: a model with random BatchNorm parameters and statistics, and
+// the message of the rn50::Error a call throws.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
 
+#include "rn50/error.h"
 #include "rn50/model.h"
 #include "rn50/tensor.h"
 
@@ -34,6 +37,16 @@ inline std::map<std::string, Tensor> randomise_bn(ResNet& model, uint64_t seed) 
   }
   model.load_state_dict(sd);
   return sd;
+}
+
+/// The what() of the rn50::Error `fn` throws, or "no error".
+inline std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
 }
 
 }  // namespace rn50

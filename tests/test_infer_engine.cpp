@@ -137,15 +137,6 @@ TEST(InferEngineThreads, ConcurrentCallsOnOneEngineGiveTheSameLogits) {
   for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[static_cast<size_t>(t)], 0) << "thread " << t;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 TEST(InferEngineErrors, BadInputsAndUnsupportedOptionsAreNamed) {
   Fixture f("resnet18", 3);
   auto eng = f.engine();

@@ -223,13 +223,8 @@ TEST(InferFold, BadWeightsNameTheKey) {
   model.init(1);
   std::map<std::string, Tensor> sd;
   for (auto& [k, t] : model.state_dict()) sd.emplace(k, t);
-  auto message = [&](std::map<std::string, Tensor> m) {
-    try {
-      fold_network(model.desc(), m);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+  auto message = [&](const std::map<std::string, Tensor>& m) {
+    return error_of([&] { fold_network(model.desc(), m); });
   };
   auto missing = sd;
   missing.erase("layer2.1.bn1.running_var");

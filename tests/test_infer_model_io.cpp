@@ -46,15 +46,6 @@ Tensor images(uint64_t seed) {
   return x;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 TEST(InferModelIo, RoundTripGivesTheSameProgramAndLogits) {
   TempDir tmp("infer_model_io");
   const InferenceModel m = tiny_model();

@@ -24,6 +24,7 @@
 #include <map>
 #include <random>
 
+#include "step_test_util.h"
 #include "rn50/backend.h"
 #include "rn50/data.h"
 #include "rn50/model.h"
@@ -34,20 +35,6 @@
 
 namespace rn50 {
 namespace {
-
-const ArchSpec kNet{"bottleneck1111", true, {1, 1, 1, 1}};
-
-/// A u8 NHWC batch of random pixels and labels below `classes`.
-Batch random_batch(int64_t n, int64_t hw, int classes, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  Batch b;
-  b.images = Tensor::empty({n, 3, hw, hw}, DType::u8, Layout::NHWC);
-  for (int64_t i = 0; i < b.images.numel(); ++i) b.images.data_as<uint8_t>()[i] = g() & 0xff;
-  b.labels = Tensor::empty({n}, DType::i32);
-  for (int64_t i = 0; i < n; ++i) b.labels.data_as<int32_t>()[i] = static_cast<int32_t>(g() % classes);
-  b.size = n;
-  return b;
-}
 
 std::vector<double> host_values(Backend& be, const Tensor& t) {
   Tensor h = Tensor::empty(t.shape(), t.dtype(), t.layout());

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <random>
 
+#include "step_test_util.h"
 #include "krsc_ref_backend.h"
 #include "model/input_stage.h"
 #include "rn50/backend.h"
@@ -18,19 +19,6 @@
 
 namespace rn50 {
 namespace {
-
-const ArchSpec kNet{"bottleneck1111", true, {1, 1, 1, 1}};
-
-Batch random_batch(int64_t n, int64_t hw, int classes, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  Batch b;
-  b.images = Tensor::empty({n, 3, hw, hw}, DType::u8, Layout::NHWC);
-  for (int64_t i = 0; i < b.images.numel(); ++i) b.images.data_as<uint8_t>()[i] = g() & 0xff;
-  b.labels = Tensor::empty({n}, DType::i32);
-  for (int64_t i = 0; i < n; ++i) b.labels.data_as<int32_t>()[i] = static_cast<int32_t>(g() % classes);
-  b.size = n;
-  return b;
-}
 
 std::vector<float> host_f32(Backend& be, const Tensor& t) {
   Tensor h = Tensor::empty(t.shape(), t.dtype(), t.layout());
@@ -155,7 +143,9 @@ int copies_per_step(DType dt) {
     step.run(s, 0.1);
     in.release(s);
     const int n = be.copies_ - c0;
-    if (k > 0) EXPECT_EQ(n, per_step) << "every step the same";
+    if (k > 0) {
+      EXPECT_EQ(n, per_step) << "every step the same";
+    }
     per_step = n;
   }
   return per_step;

@@ -1,0 +1,29 @@
+// Helpers of the training-step tests: a one-block-per-stage bottleneck ResNet and random batches.
+#pragma once
+
+#include <cstdint>
+#include <random>
+
+#include "rn50/data.h"
+#include "rn50/graph.h"
+#include "rn50/tensor.h"
+
+namespace rn50 {
+
+/// A bottleneck ResNet with one block per stage: every kind of step, at a fraction of the cost.
+inline const ArchSpec kNet{"bottleneck1111", true, {1, 1, 1, 1}};
+
+/// A u8 NHWC batch of `n` random (hw x hw) images and labels below `classes`, from `seed`.
+inline Batch random_batch(int64_t n, int64_t hw, int classes, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  Batch b;
+  b.images = Tensor::empty({n, 3, hw, hw}, DType::u8, Layout::NHWC);
+  for (int64_t i = 0; i < b.images.numel(); ++i) b.images.data_as<uint8_t>()[i] = g() & 0xff;
+  b.labels = Tensor::empty({n}, DType::i32);
+  for (int64_t i = 0; i < n; ++i)
+    b.labels.data_as<int32_t>()[i] = static_cast<int32_t>(g() % static_cast<uint64_t>(classes));
+  b.size = n;
+  return b;
+}
+
+}  // namespace rn50
