@@ -9,12 +9,16 @@
 # libOpenCL.so and the CL headers, ocl-icd-opencl-dev, is only a Recommends of libdnnl-dev, which
 # --no-install-recommends skips. We install it explicitly rather than locate oneDNN by hand around
 # its config: the config is the supported interface and the package is 23 kB (plus headers).
+#
+# ONNX: rn50 export writes model.onnx through libonnx-dev's protobuf classes and checker
+# (libprotobuf-dev for the headers); python3-onnx and python3-opencv are what the tests (and a
+# user) load the exported model with: onnx.checker and OpenCV DNN.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config
       libdnnl-dev ocl-icd-opencl-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
       nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libopenmpi-dev openmpi-bin
-      python3-torch python3-torchvision python3-numpy python3-pil)
+      libopenmpi-dev openmpi-bin libonnx-dev libprotobuf-dev
+      python3-torch python3-torchvision python3-numpy python3-pil python3-onnx python3-opencv)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

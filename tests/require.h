@@ -5,7 +5,8 @@
 // RN50_REQUIRE=data,torch,mpi as .ci/run sets it), the test FAILS instead, so that a green CI
 // run always means the parity, data and multi-process tests really ran.
 // Kinds: data (../shared/data/imagenette, ../shared/peers), torch (/usr/bin/python3 with torch,
-// torchvision, PIL and numpy), mpi (mpirun found at configure time), gpu (a usable CUDA device).
+// torchvision, PIL and numpy), mpi (mpirun found at configure time), onnx (/usr/bin/python3 with
+// onnx and cv2: Debian python3-onnx, python3-opencv), gpu (a usable CUDA device).
 #pragma once
 
 #include <gtest/gtest.h>

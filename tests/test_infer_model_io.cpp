@@ -192,12 +192,17 @@ TEST(InferModelIo, CliExportsCheckpointsAndWeightsFiles) {
   EXPECT_NE(out.find("one of --from-pretrained-params FILE and --model DIR"), std::string::npos)
       << out;
 
-  // What is not built yet, or ambiguous, is refused.
+  // Both formats by default (ONNX where the build has it), at the end of training too.
+  EXPECT_EQ(fs::exists(tmp.path / "m1" / "model.onnx"), onnx_export_available());
+  EXPECT_EQ(fs::exists(tmp.path / "m0" / "model.onnx"), onnx_export_available());
+  EXPECT_TRUE(fs::exists(tmp.path / "m1" / "model.json"));
+
+  // Unknown formats, and ambiguous sources, are refused.
   EXPECT_NE(run_command(cli + " export --from-checkpoint " + sh_quote(ck + "/resnet18") +
-                            " --output " + sh_quote(m2) + " --format onnx",
+                            " --output " + sh_quote(m2) + " --format rn50,tflite",
                         &out),
             0);
-  EXPECT_NE(out.find("ONNX exporter is not built yet"), std::string::npos) << out;
+  EXPECT_NE(out.find("--format tflite: expected rn50 or onnx"), std::string::npos) << out;
   EXPECT_NE(run_command(cli + " export --from-checkpoint " + sh_quote(ck + "/resnet18") +
                             " --from-pretrained-params x --output " + sh_quote(m2),
                         &out),

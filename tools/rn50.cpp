@@ -236,17 +236,20 @@ int main(int argc, char** argv) {
   add_data_commands(app, data_cmds);
 
   rn50::ExportConfig ec;
-  std::string ec_checkpoint, ec_last_epoch = "auto", ec_formats = "rn50";
+  std::string ec_checkpoint, ec_last_epoch = "auto", ec_formats;
   CLI::App* exp = app.add_subcommand(
       "export", "fold a trained model (BatchNorm into the convolutions) and write it for "
-                "inference (model.json + model.safetensors, read by rn50 bench infer --model)");
+                "inference: model.json + model.safetensors (read by rn50 bench infer --model, "
+                "predict --model) and model.onnx (opset 13, dynamic batch)");
   exp->add_option("--from-checkpoint", ec_checkpoint, "checkpoint folder (or its parent)");
   exp->add_option("--last-epoch-of-checkpoint", ec_last_epoch,
                   "epoch folder to use under --from-checkpoint: auto (the last) or N");
   exp->add_option("--from-pretrained-params", ec.weights,
                   "safetensors weights with torchvision keys");
   exp->add_option("--output", ec.output, "folder to write")->required();
-  exp->add_option("--format", ec_formats, "rn50 (onnx: not built yet)");
+  exp->add_option("--format", ec_formats,
+                  "comma list of rn50 and onnx (default: both; rn50 alone in a build without "
+                  "ONNX)");
   exp->add_option("--precision", ec.precision, "fp32 (int8: not built yet)");
   exp->add_option("--arch", ec.arch, "architecture (default: inferred from the weights' keys)");
   exp->add_option("--num-of-class", ec.num_classes, "classes (default: from fc.weight)");
@@ -284,6 +287,7 @@ int main(int argc, char** argv) {
         ec.classes = st.classes;
         if (ec.arch.empty()) ec.arch = st.arch;
       }
+      if (ec_formats.empty()) ec_formats = rn50::onnx_export_available() ? "rn50,onnx" : "rn50";
       std::stringstream formats(ec_formats);
       ec.formats.clear();
       for (std::string f; std::getline(formats, f, ',');) ec.formats.push_back(f);

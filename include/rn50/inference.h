@@ -112,6 +112,23 @@ void save_inference_model(const InferenceModel& model, const std::string& dir);
 /// wrong shape.
 InferenceModel load_inference_model(const std::string& dir);
 
+/// Whether this build writes ONNX (CMake found Debian's libonnx-dev and libprotobuf-dev).
+bool onnx_export_available();
+
+/// Name of the ONNX file `rn50 export --format onnx` writes in its output folder.
+inline constexpr const char* kOnnxFile = "model.onnx";
+
+/// Writes `model` to `path` as ONNX, written atomically: ir_version 7, opset 13; graph input
+/// "input" float32 NCHW ["batch", 3, crop_size, crop_size] (dynamic batch), output "logits"
+/// float32 ["batch", classes]; nodes Conv (BN folded: weight and bias initializers), Add (the
+/// residual), Relu, MaxPool, GlobalAveragePool, Flatten and Gemm (transB=1); metadata_props
+/// "arch", "num_classes", "classes" (a JSON array), "mean", "std" (comma lists), "resize_short",
+/// "crop_size". The model passes onnx::checker before it is written. The input is expected
+/// normalised as in training (rn50 does not put the normalisation into the graph, as DLE's
+/// exports). Throws rn50::Error naming the path when the checker refuses the model, on an I/O
+/// error, or when this build has no ONNX support (onnx_export_available() is false).
+void save_onnx_model(const InferenceModel& model, const std::string& path);
+
 /// `rn50 export`: fold a trained model and write it for inference.
 struct ExportConfig {
   /// Weights with torchvision keys: --from-pretrained-params, or the model.safetensors of the
@@ -123,7 +140,8 @@ struct ExportConfig {
   int resize_short = 256;            ///< --resize-short, recorded as preprocessing
   int crop_size = 224;               ///< --crop-size, recorded as preprocessing
   std::string output;                ///< --output DIR
-  std::vector<std::string> formats{"rn50"};  ///< --format: rn50 (onnx: not built yet, refused)
+  /// --format: "rn50" (model.json + model.safetensors) and/or "onnx" (model.onnx).
+  std::vector<std::string> formats{"rn50"};
   std::string precision = "fp32";            ///< --precision: fp32 (int8: not built yet, refused)
 };
 

@@ -228,9 +228,10 @@ void run_export(const ExportConfig& cfg, std::ostream& out) {
   RN50_CHECK(!cfg.output.empty(), "rn50 export: --output DIR is required");
   for (const std::string& f : cfg.formats) {
     RN50_CHECK(f == "rn50" || f == "onnx", "--format {}: expected rn50 or onnx", f);
-    RN50_CHECK(f != "onnx",
-               "--format onnx: the ONNX exporter is not built yet; use --format rn50 (read by "
-               "rn50 bench infer --model)");
+    RN50_CHECK(f != "onnx" || onnx_export_available(),
+               "--format onnx: this rn50 was built without ONNX support (libonnx-dev and "
+               "libprotobuf-dev were not found); run scripts/setup.sh and rebuild, or use "
+               "--format rn50");
   }
   RN50_CHECK(cfg.precision == "fp32",
              "--precision {}: only fp32 models are exported so far (int8 calibration is not built "
@@ -248,14 +249,23 @@ void run_export(const ExportConfig& cfg, std::ostream& out) {
              "{} class names for a {}-class model", m.info.classes.size(), classes);
   m.info.resize_short = cfg.resize_short;
   m.info.crop_size = cfg.crop_size;
-  save_inference_model(m, cfg.output);
+  std::vector<std::string> written;
+  for (const std::string& f : cfg.formats) {
+    if (f == "rn50") {
+      save_inference_model(m, cfg.output);
+      written.push_back(fmt::format("{} + {}", kInferenceJsonFile, kInferenceWeightsFile));
+    } else {
+      save_onnx_model(m, (fs::path(cfg.output) / kOnnxFile).string());
+      written.push_back(fmt::format("{} (opset 13)", kOnnxFile));
+    }
+  }
   int convs = 0;
   for (const InferOp& op : m.program.ops) convs += op.kind == InferOp::Kind::conv;
   out << fmt::format(
       "exported {} ({} classes{}) to '{}': {} ops, {} convolutions with their BatchNorm folded, "
-      "fp32 ({} + {})\n",
+      "fp32 ({})\n",
       arch, classes, m.info.classes.empty() ? ", no class names" : "", cfg.output,
-      m.program.ops.size(), convs, kInferenceJsonFile, kInferenceWeightsFile);
+      m.program.ops.size(), convs, fmt::join(written, ", "));
 }
 
 }  // namespace rn50

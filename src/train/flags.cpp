@@ -314,7 +314,8 @@ std::vector<FlagSpec> make_table() {
                    "checkpoints go to <dir>/<arch>/<epoch>/", T));
   t.push_back(text("--inference-dir", &C::inference_dir,
                    "after the last epoch, write the model for inference there (as rn50 export: "
-                   "model.json + model.safetensors, BatchNorm folded); empty = none",
+                   "model.json + model.safetensors, and model.onnx in builds with ONNX; BatchNorm "
+                   "folded); empty = none",
                    T));
   t.push_back(text("--report-file", &C::report_file,
                    "JSON-lines report (config, step, epoch, eval, benchmark lines); empty = none",

@@ -687,9 +687,11 @@ void Trainer::run_training() {
     m.info.resize_short = cfg_.resize_short;
     m.info.crop_size = cfg_.crop_size;
     save_inference_model(m, cfg_.inference_dir);
+    const bool onnx = onnx_export_available();
+    if (onnx) save_onnx_model(m, (fs::path(cfg_.inference_dir) / kOnnxFile).string());
     out("wrote the inference model to {} (BatchNorm folded; rn50 predict --model, rn50 bench "
-        "infer --model)\n",
-        cfg_.inference_dir);
+        "infer --model){}\n",
+        cfg_.inference_dir, onnx ? " and model.onnx" : "");
   }
 }
 
