@@ -145,7 +145,7 @@ TEST(InferEngineErrors, BadInputsAndUnsupportedOptionsAreNamed) {
   const std::string f16 = error_of([&] { eng->run(Tensor::zeros({1, 3, 32, 32}, DType::f16)); });
   EXPECT_NE(f16.find("f32"), std::string::npos) << f16;
   EngineOptions o;
-  o.precision = "int8";  // not built yet
+  o.precision = "int8";  // an uncalibrated program
   const std::string p =
       error_of([&] { make_inference_engine(fold_network(f.model->desc(), f.sd), o); });
   EXPECT_NE(p.find("--precision int8"), std::string::npos) << p;

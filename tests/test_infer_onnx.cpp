@@ -22,11 +22,11 @@
 namespace rn50 {
 namespace {
 
-using rn50_test::fs::path;
 using rn50_test::python_has;
 using rn50_test::run_command;
 using rn50_test::sh_quote;
 using rn50_test::TempDir;
+using rn50_test::fs::path;
 
 /// A resnet18 (10 classes) with Kaiming weights and random BN parameters and statistics, folded.
 InferenceModel random_model(int crop) {
@@ -68,9 +68,9 @@ Tensor imagenette_batch(int n, int resize_short, int crop) {
     float* dst = x.data_as<float>() + i * 3 * plane;
     for (int64_t p = 0; p < plane; ++p)
       for (int ch = 0; ch < 3; ++ch)
-        dst[ch * plane + p] =
-            (hwc[static_cast<size_t>(p * 3 + ch)] / 255.f - kImageNetMean[static_cast<size_t>(ch)]) /
-            kImageNetStd[static_cast<size_t>(ch)];
+        dst[ch * plane + p] = (hwc[static_cast<size_t>(p * 3 + ch)] / 255.f -
+                               kImageNetMean[static_cast<size_t>(ch)]) /
+                              kImageNetStd[static_cast<size_t>(ch)];
   }
   return x;
 }
@@ -95,13 +95,13 @@ TEST(InferOnnx, OpenCvDnnGivesTheEnginesLogitsOnRealImages) {
     f.write(static_cast<const char*>(x.data()), static_cast<std::streamsize>(x.nbytes()));
   }
   std::string log;
-  ASSERT_EQ(run_command("/usr/bin/python3 " +
-                            sh_quote(std::string(RN50_SOURCE_DIR) + "/tests/onnx/run_onnx.py") +
-                            " " + sh_quote(onnx_path) + " " + sh_quote(in) + " " +
-                            std::to_string(n) + " " + std::to_string(crop) + " " +
-                            std::to_string(crop) + " " + sh_quote(out),
-                        &log),
-            0)
+  ASSERT_EQ(
+      run_command("/usr/bin/python3 " +
+                      sh_quote(std::string(RN50_SOURCE_DIR) + "/tests/onnx/run_onnx.py") + " " +
+                      sh_quote(onnx_path) + " " + sh_quote(in) + " " + std::to_string(n) + " " +
+                      std::to_string(crop) + " " + std::to_string(crop) + " " + sh_quote(out),
+                  &log),
+      0)
       << log;
   EXPECT_NE(log.find("checker ok"), std::string::npos) << log;
   Tensor got = Tensor::empty({n, 10}, DType::f32);

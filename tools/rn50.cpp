@@ -144,9 +144,16 @@ void add_data_commands(CLI::App& app, DataCommands& d) {
   d.bench_infer->add_option("--benchmark-steps", ib.steps, "timed calls per batch size (20)");
   d.bench_infer->add_option("--benchmark-warmup-steps", ib.warmup_steps,
                             "untimed calls first (3)");
-  d.bench_infer->add_option("--precision", ib.engine.precision, "fp32 or bf16 (int8: not built yet)");
+  d.bench_infer->add_option("--precision", ib.engine.precision, "fp32, bf16 or int8 (int8: a model exported with --precision int8)");
   d.bench_infer->add_option("--device", ib.engine.device, "cpu (the GPU engine: not yet)");
   d.bench_infer->add_option("--seed", ib.seed, "seed of the weights and input (0)");
+  d.bench_infer->add_option("--data", ib.data,
+                            "synthetic, or an ImageFolder root: classify all of its val/ first "
+                            "(top-1/top-5), then time");
+  d.bench_infer->add_option("--resize-short", ib.resize_short,
+                            "eval resize with --data, pixels (the model's, else crop*256/224)");
+  d.bench_infer->add_option("--predictions-file", ib.predictions_file,
+                            "with --data: write path<TAB>label<TAB>top1 per val image");
   d.bench_infer->add_option("--report-file", ib.report_file,
                             "append one JSON line per batch size to this file");
 }
@@ -250,7 +257,15 @@ int main(int argc, char** argv) {
   exp->add_option("--format", ec_formats,
                   "comma list of rn50 and onnx (default: both; rn50 alone in a build without "
                   "ONNX)");
-  exp->add_option("--precision", ec.precision, "fp32 (int8: not built yet)");
+  exp->add_option("--precision", ec.precision,
+                  "fp32, or int8: calibrate activation ranges on --image-root's train/ images "
+                  "with eval preprocessing (the INT8 engine reads them)");
+  exp->add_option("--image-root", ec.calib_root, "ImageFolder root for int8 calibration");
+  exp->add_option("--calib-images", ec.calib_images,
+                  "calibration images, evenly spaced over the sorted train/ list (500)");
+  exp->add_option("--calib-method", ec.calib_method,
+                  "max | percentile (of |x| per tensor; default percentile)");
+  exp->add_option("--calib-percentile", ec.calib_percentile, "for percentile (99.99)");
   exp->add_option("--arch", ec.arch, "architecture (default: inferred from the weights' keys)");
   exp->add_option("--num-of-class", ec.num_classes, "classes (default: from fc.weight)");
   exp->add_option("--resize-short", ec.resize_short, "recorded eval resize, pixels (256)");
@@ -287,7 +302,8 @@ int main(int argc, char** argv) {
         ec.classes = st.classes;
         if (ec.arch.empty()) ec.arch = st.arch;
       }
-      if (ec_formats.empty()) ec_formats = rn50::onnx_export_available() ? "rn50,onnx" : "rn50";
+      if (ec_formats.empty())
+        ec_formats = rn50::onnx_export_available() && ec.precision != "int8" ? "rn50,onnx" : "rn50";
       std::stringstream formats(ec_formats);
       ec.formats.clear();
       for (std::string f; std::getline(formats, f, ',');) ec.formats.push_back(f);

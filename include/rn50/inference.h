@@ -12,6 +12,7 @@
 // as torch.nn.utils.fusion.fuse_conv_bn_weights.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <map>
 #include <memory>
@@ -60,6 +61,10 @@ struct InferenceProgram {
   std::vector<int> producer;
   /// Index of the op writing the logits (the fc), always ops.size() - 1.
   int logits_op() const { return static_cast<int>(ops.size()) - 1; }
+  /// INT8 calibration: for each value (same indexing as producer), the calibrated range of
+  /// |x| in the fp32 program (the absolute maximum or a percentile of |x| over the calibration
+  /// images; see Calibrator). Empty when the program is not calibrated; the INT8 engine needs it.
+  std::vector<float> value_absmax;
 };
 
 /// Builds the program of `desc` with the weights of `state_dict` (host tensors keyed by
@@ -79,6 +84,14 @@ InferenceProgram fold_network(const NetworkDesc& desc,
 InferenceProgram fold_weights_file(const std::string& path, const std::string& arch = "",
                                    int num_classes = 0);
 
+/// How a program's value_absmax was obtained (recorded in model.json for INT8 models).
+struct CalibrationInfo {
+  std::string method;        ///< "max" or "percentile"; empty = not calibrated
+  double percentile = 0;     ///< percentile of |x| (method "percentile"), e.g. 99.99
+  int64_t images = 0;        ///< calibration images
+  std::string image_root;    ///< where they came from (<root>/train, eval preprocessing)
+};
+
 /// What a deployed model needs beside its program: class names and the eval preprocessing.
 struct InferenceModelInfo {
   std::vector<std::string> classes;  ///< synsets / names by class index; may be empty
@@ -86,6 +99,7 @@ struct InferenceModelInfo {
   int crop_size = 224;               ///< then center-crop this, pixels
   std::vector<float> mean{0.485f, 0.456f, 0.406f};  ///< ImageNet mean (RGB, of [0, 1] values)
   std::vector<float> std{0.229f, 0.224f, 0.225f};   ///< ImageNet std
+  CalibrationInfo calibration;                      ///< INT8 calibration, when present
 };
 
 /// An exported inference model: the folded program and its deployment information.
@@ -142,7 +156,13 @@ struct ExportConfig {
   std::string output;                ///< --output DIR
   /// --format: "rn50" (model.json + model.safetensors) and/or "onnx" (model.onnx).
   std::vector<std::string> formats{"rn50"};
-  std::string precision = "fp32";            ///< --precision: fp32 (int8: not built yet, refused)
+  /// --precision: fp32, or int8 (also calibrates: the model then holds the activation ranges
+  /// the INT8 engine needs; its weights stay f32 and are quantized when the engine loads them).
+  std::string precision = "fp32";
+  std::string calib_root;        ///< --image-root: calibration images come from <root>/train
+  int calib_images = 500;        ///< --calib-images
+  std::string calib_method = "percentile";  ///< --calib-method max|percentile
+  double calib_percentile = 99.99;          ///< --calib-percentile (method percentile)
 };
 
 /// Runs the export and prints one summary line to `out`. Throws rn50::Error naming the flag or
@@ -153,9 +173,14 @@ void run_export(const ExportConfig& cfg, std::ostream& out);
 struct EngineOptions {
   /// "cpu" (oneDNN). Others are refused with an Error until their engine exists.
   std::string device = "cpu";
-  /// "fp32", or "bf16" (activations and conv/fc weights bf16; bias, accumulation and logits
-  /// f32; oneDNN emulates it on CPUs without AVX-512-BF16). int8 is refused with an Error until
-  /// it exists.
+  /// "fp32"; "bf16" (activations and conv/fc weights bf16; bias, accumulation and logits f32;
+  /// oneDNN emulates it on CPUs without AVX-512-BF16); or "int8" (needs a calibrated program,
+  /// value_absmax): every convolution but the stem in INT8 as oneDNN's INT8 inference example
+  /// (cnn_inference_int8.cpp): s8 weights with per-output-channel scales max|W_k| / 127,
+  /// activations u8 (values after a ReLU) or s8 (the downsample convs' outputs) with per-tensor
+  /// scales absmax / 255 or absmax / 127, s32 accumulation, the folded bias, residual sum and
+  /// ReLU applied in f32 in the epilogue, rounding to nearest even with saturation. The stem conv
+  /// (3 input channels, 2% of the FLOPs), the global average pool and the fc stay f32.
   std::string precision = "fp32";
 };
 
@@ -180,9 +205,47 @@ class InferenceEngine {
 };
 
 /// An engine for `program` on opt.device in opt.precision. Throws rn50::Error naming the device
-/// or precision when no engine exists for it.
+/// or precision when no engine exists for it, and for int8 when the program is not calibrated.
 std::unique_ptr<InferenceEngine> make_inference_engine(InferenceProgram program,
                                                        const EngineOptions& opt = {});
+
+/// Options of INT8 post-training calibration.
+struct CalibrationConfig {
+  std::string method = "percentile";  ///< "max": max |x|; "percentile": that percentile of |x|
+  double percentile = 99.99;          ///< of all |x| of a value over the calibration images
+};
+
+/// Post-training calibration: runs the fp32 CPU engine on calibration batches and records, for
+/// every value of the program, the range of |x| the INT8 engine quantizes with. "max" takes the
+/// absolute maximum; "percentile" the given percentile of |x| over every element of the value
+/// in every image (TensorRT's / pytorch-quantization's percentile calibrator), from a
+/// 2048-bin histogram of |x| per value whose range doubles (bins merged in pairs) when a larger
+/// value arrives, read at the bin's upper edge. Deterministic: the same batches in the same
+/// order give the same ranges. Throws rn50::Error on a bad method or percentile.
+class Calibrator {
+ public:
+  Calibrator(const InferenceProgram& program, const CalibrationConfig& cfg);
+  ~Calibrator();
+  /// Runs one batch: host f32 (N, 3, H, W), NCHW or NHWC, normalised.
+  void add(const Tensor& images);
+  /// The ranges so far, indexed by value (0 for values never written, such as absorbed layers).
+  /// Throws rn50::Error when no batch was added.
+  std::vector<float> value_absmax() const;
+  int64_t images() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Calibration images: `count` files of <image_root>/train taken at evenly spaced positions of
+/// the sorted ImageFolder index (every class represented, no randomness), decoded with the eval
+/// transform (resize_short, center crop) and normalised with ImageNet mean/std, handed to
+/// `consume` in f32 NCHW batches of at most `batch` images. Unreadable files are skipped and
+/// counted (returned). Throws rn50::Error naming the folder when it has no images.
+int64_t for_calibration_batches(const std::string& image_root, int count, int resize_short,
+                                int crop, int batch,
+                                const std::function<void(const Tensor&)>& consume);
 
 /// `rn50 bench infer`: inference throughput and latency per batch size (DLE's inference
 /// benchmark: images/s and latency average, p90, p95, p99).
@@ -201,7 +264,27 @@ struct InferBenchConfig {
   int warmup_steps = 3;                 ///< --benchmark-warmup-steps: untimed calls before
   EngineOptions engine;                 ///< --device, --precision
   std::string report_file;              ///< --report-file: appends one line per batch size
+  /// --data: "synthetic" (random normalised input) or an ImageFolder root, whose val/ split is
+  /// first classified in full (top-1/top-5, an infer_accuracy report line) with the eval
+  /// transform at the model's resize/crop (--resize-short, else 256 * crop / 224).
+  std::string data = "synthetic";
+  int resize_short = 0;          ///< --resize-short; 0 = the model's, else crop * 256 / 224
+  std::string predictions_file;  ///< --predictions-file: "path<TAB>label<TAB>top1" per image
 };
+
+/// Accuracy of an engine over an ImageFolder val split.
+struct InferAccuracy {
+  int64_t images = 0;
+  double top1 = 0, top5 = 0;  ///< percent
+};
+
+/// Classifies every image of <image_root>/val (eval transform: resize_short, center crop;
+/// ImageNet mean/std) in batches of `batch` with `engine`; writes one "path<TAB>label<TAB>top1"
+/// line per image to `predictions_file` when it is not empty (atomically). Throws rn50::Error
+/// naming the folder when it holds no images, or the file on an I/O error.
+InferAccuracy measure_accuracy(InferenceEngine& engine, const std::string& image_root,
+                               int resize_short, int crop, int batch,
+                               const std::string& predictions_file = "");
 
 /// One batch size's figures. Latencies are wall milliseconds of one run() call on a batch
 /// (input already in memory, logits back on the host); percentiles interpolate linearly between

@@ -172,9 +172,26 @@ std::vector<ReportRecordType> make_schema() {
   f.push_back(req("arch", T::string, "model: resnet50, resnet18, ..."));
   f.push_back(req("num_of_class", T::integer, "classes"));
   f.push_back(req("crop_size", T::integer, "input height and width, pixels"));
-  f.push_back(req("precision", T::string, "engine precision: fp32 or bf16"));
+  f.push_back(req("precision", T::string, "engine precision: fp32, bf16 or int8"));
   f.push_back(req("device", T::string, "engine device: cpu"));
   s.push_back(std::move(infer));
+
+  ReportRecordType acc{"infer_accuracy",
+                       "by `rn50 bench infer --data IMAGE_ROOT`: the engine's accuracy over "
+                       "<IMAGE_ROOT>/val with the eval transform, before the timing lines",
+                       {},
+                       false};
+  auto& a = acc.fields;
+  a.push_back(req("images", T::integer, "val images classified (unreadable ones skipped)"));
+  a.push_back(req("top1", T::number, "percent of images whose top-1 class is the label"));
+  a.push_back(req("top5", T::number, "percent with the label among the top 5"));
+  a.push_back(req("arch", T::string, "model: resnet50, resnet18, ..."));
+  a.push_back(req("precision", T::string, "engine precision: fp32, bf16 or int8"));
+  a.push_back(req("device", T::string, "engine device: cpu"));
+  a.push_back(req("resize_short", T::integer, "eval resize of the shorter side, pixels"));
+  a.push_back(req("crop_size", T::integer, "center crop, pixels"));
+  a.push_back(req("image_root", T::string, "the ImageFolder root"));
+  s.push_back(std::move(acc));
   return s;
 }
 

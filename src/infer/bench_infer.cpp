@@ -6,12 +6,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <ostream>
 #include <random>
 
 #include "core/check.h"
+#include "core/fileio.h"
 #include "core/report.h"
 #include "rn50/backend.h"
+#include "rn50/data.h"
 #include "rn50/inference.h"
 #include "rn50/model.h"
 
@@ -37,8 +40,11 @@ std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostre
   std::string arch = cfg.arch;
   int classes = cfg.num_classes;
   std::unique_ptr<InferenceEngine> engine;
+  int model_resize = 0, model_crop = 0;
   if (!cfg.model_dir.empty()) {
     InferenceModel m = load_inference_model(cfg.model_dir);
+    model_resize = m.info.resize_short;
+    model_crop = m.info.crop_size;
     arch = m.program.arch;
     classes = m.program.num_classes;
     engine = make_inference_engine(std::move(m.program), cfg.engine);
@@ -60,7 +66,89 @@ std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostre
   }
 
   ReportWriter report(cfg.report_file, ReportWriter::Mode::append);
+  if (cfg.data != "synthetic") {
+    const int resize = cfg.resize_short > 0 ? cfg.resize_short
+                       : model_resize > 0 && model_crop == cfg.crop_size
+                           ? model_resize
+                           : cfg.crop_size * 256 / 224;
+    const int batch = *std::max_element(cfg.batch_sizes.begin(), cfg.batch_sizes.end());
+    const InferAccuracy a =
+        measure_accuracy(*engine, cfg.data, resize, cfg.crop_size, batch, cfg.predictions_file);
+    out << fmt::format(
+        "accuracy: {} {} on {}/val: top1 {:.2f}% top5 {:.2f}% ({} images, resize "
+        "{} crop {})\n",
+        arch, engine->precision(), cfg.data, a.top1, a.top5, a.images, resize, cfg.crop_size);
+    ReportRecord r("infer_accuracy");
+    r.set("images", a.images)
+        .set("top1", a.top1)
+        .set("top5", a.top5)
+        .set("arch", arch)
+        .set("precision", engine->precision())
+        .set("device", cfg.engine.device)
+        .set("resize_short", resize)
+        .set("crop_size", cfg.crop_size)
+        .set("image_root", cfg.data);
+    report.write(r);
+  }
   return time_engine(*engine, cfg, arch, classes, out, &report);
+}
+
+InferAccuracy measure_accuracy(InferenceEngine& engine, const std::string& image_root,
+                               int resize_short, int crop, int batch,
+                               const std::string& predictions_file) {
+  LoaderOptions lo;
+  lo.batch_size = batch;
+  lo.crop_size = crop;
+  lo.resize_short = resize_short;
+  const std::string val = (std::filesystem::path(image_root) / "val").string();
+  const ImageFolderIndex index = ImageFolderIndex::scan(val);
+  auto src = make_image_folder_source(val, Split::val, lo);
+  src->start_epoch(0);
+  InferAccuracy acc;
+  int64_t hit1 = 0, hit5 = 0, seen = 0;
+  std::string lines;
+  Batch b;
+  Tensor x;
+  const int k = engine.num_classes();
+  while (src->next(b)) {
+    const int64_t n = b.size, plane = int64_t{crop} * crop;
+    if (!x.defined() || x.n() != n) x = Tensor::empty({n, 3, crop, crop}, DType::f32, Layout::NHWC);
+    const uint8_t* u = b.images.data_as<const uint8_t>();
+    float* f = x.data_as<float>();
+    for (int64_t i = 0; i < n * plane; ++i)
+      for (int c = 0; c < 3; ++c)
+        f[i * 3 + c] = (u[i * 3 + c] / 255.f - kImageNetMean[static_cast<size_t>(c)]) /
+                       kImageNetStd[static_cast<size_t>(c)];
+    const Tensor logits = engine.run(x);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* l = logits.data_as<const float>() + i * k;
+      const int label = b.labels.data_as<const int32_t>()[i];
+      const int64_t top = std::max_element(l, l + k) - l;
+      int rank = 0;  // classes scoring above the label (ties go to the lower index, as topk)
+      for (int c = 0; c < k; ++c) rank += l[c] > l[label] || (l[c] == l[label] && c < label);
+      hit1 += top == label;
+      hit5 += rank < 5;
+      if (!predictions_file.empty())
+        lines += fmt::format("{}\t{}\t{}\n",
+                             seen < static_cast<int64_t>(index.samples.size())
+                                 ? index.samples[static_cast<size_t>(seen)].first
+                                 : std::string("?"),
+                             label, top);
+      ++seen;
+    }
+  }
+  RN50_CHECK(seen > 0, "'{}': no images to classify", val);
+  acc.images = seen;
+  acc.top1 = 100.0 * static_cast<double>(hit1) / static_cast<double>(seen);
+  acc.top5 = 100.0 * static_cast<double>(hit5) / static_cast<double>(seen);
+  if (!predictions_file.empty()) {
+    RN50_CHECK(src->bad_samples() == 0,
+               "--predictions-file '{}': {} val images were unreadable, so the lines would not "
+               "line up with the files; run rn50 check-data on '{}'",
+               predictions_file, src->bad_samples(), image_root);
+    write_file_atomic(predictions_file, lines);
+  }
+  return acc;
 }
 
 std::vector<InferBenchPoint> time_engine(InferenceEngine& engine, const InferBenchConfig& cfg,

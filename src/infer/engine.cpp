@@ -10,9 +10,8 @@ std::unique_ptr<InferenceEngine> make_inference_engine(InferenceProgram program,
              "inference: --device {}: the inference engine runs on the CPU only so far (the GPU "
              "engine is not built yet); use --device cpu",
              opt.device);
-  RN50_CHECK(opt.precision == "fp32" || opt.precision == "bf16",
-             "inference: --precision {}: the CPU engine computes in fp32 or bf16 (int8 is not "
-             "built yet)",
+  RN50_CHECK(opt.precision == "fp32" || opt.precision == "bf16" || opt.precision == "int8",
+             "inference: --precision {}: the CPU engine computes in fp32, bf16 or int8",
              opt.precision);
   RN50_CHECK(!program.ops.empty(), "inference: the program is empty");
   return make_cpu_engine(std::move(program), opt.precision);

@@ -1,18 +1,22 @@
-// rn50 inference: the CPU engine (oneDNN, NHWC; fp32, or bf16 activations and weights with f32
-// bias, accumulation and logits). Per input shape a Plan holds one oneDNN
-// primitive per program op (forward_inference), the activation buffers and the weights packed in
-// the layout each convolution chose (format_tag::any), built once:
+// rn50 inference: the CPU engine (oneDNN, NHWC; fp32; bf16 activations and weights with f32
+// bias, accumulation and logits; or int8 convolutions as in rn50/inference.h). Per input shape a
+// Plan holds one oneDNN primitive per program op (forward_inference), the activation buffers and
+// the weights packed in the layout each convolution chose (format_tag::any), built once:
 //   conv            convolution_forward with bias; post-ops: sum (the destination is the
 //                   residual's own buffer: the adding conv is the shortcut's last reader) then
 //                   eltwise_relu
 //   maxpool         pooling_forward, pooling_max
 //   global avgpool  pooling_forward, pooling_avg_exclude_padding over the whole plane
 //   fc              inner_product_forward with bias
+//   int8            the same convs with u8/s8 src and dst, s8 weights (per-channel scales),
+//                   output scales and a sum post-op whose scale and data type are the shortcut's;
+//                   reorders quantize the stem's f32 output and dequantize the last block's
 // Activation buffers are assigned by liveness (a buffer is reused once the last op reading its
 // value has run), so ResNet-50 needs a handful of buffers, not one per layer.
 #include <fmt/format.h>
 
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <dnnl.hpp>
 #include <map>
@@ -22,6 +26,7 @@
 
 #include "core/check.h"
 #include "infer/engine_impl.h"
+#include "infer/quantize.h"
 
 namespace rn50 {
 namespace {
@@ -36,6 +41,7 @@ using dt = memory::data_type;
 struct Step {
   dnnl::primitive prim;
   std::unordered_map<int, memory> args;
+  int value = 0;  ///< the value the step writes (for the calibration observer)
 };
 
 struct Plan {
@@ -43,8 +49,9 @@ struct Plan {
   /// Activation storage (bf16 values packed two per float).
   std::vector<std::vector<float>> buffers;
   std::vector<Step> steps;
-  std::vector<memory> packed;  ///< packed conv/fc weights, kept alive
-  memory input;                ///< the network input buffer, nhwc
+  std::vector<memory> packed;              ///< packed conv/fc weights, kept alive
+  std::vector<std::vector<float>> biases;  ///< int8: biases in accumulator units
+  memory input;                            ///< the network input buffer, nhwc
   /// The user's f32 input (NCHW [0] or NHWC [1]) into `input`, built on first use.
   dnnl::reorder load_input[2];
   const float* logits = nullptr;
@@ -52,12 +59,18 @@ struct Plan {
 
 class CpuEngine final : public InferenceEngine {
  public:
-  CpuEngine(InferenceProgram p, const std::string& precision)
+  CpuEngine(InferenceProgram p, const std::string& precision, ValueObserver observer)
       : prog_(std::move(p)),
         precision_(precision),
         act_(precision == "bf16" ? dt::bf16 : dt::f32),
+        observer_(std::move(observer)),
         eng_(dnnl::engine::kind::cpu, 0),
-        strm_(eng_) {}
+        strm_(eng_) {
+    RN50_CHECK(precision_ != "int8" || prog_.value_absmax.size() == prog_.producer.size(),
+               "inference: --precision int8 needs a calibrated model (activation ranges); export "
+               "it with rn50 export --precision int8 --image-root DIR --calib-images N");
+    RN50_CHECK(!observer_ || precision_ == "fp32", "inference: the observer needs fp32");
+  }
 
   Tensor run(const Tensor& x) override {
     RN50_CHECK(x.defined() && x.is_cpu() && x.dtype() == DType::f32 && x.ndim() == 4 &&
@@ -72,8 +85,10 @@ class CpuEngine final : public InferenceEngine {
     dnnl::reorder& load = plan.load_input[nhwc];
     if (!load) load = dnnl::reorder(user, plan.input);
     load.execute(strm_, user, plan.input);
+    if (observer_) observe(0, plan.input);
     for (Step& s : plan.steps) {
       s.prim.execute(strm_, s.args);
+      if (observer_) observe(s.value, s.args.at(DNNL_ARG_DST));
     }
     strm_.wait();
     Tensor out = Tensor::empty({x.n(), prog_.num_classes}, DType::f32);
@@ -82,6 +97,14 @@ class CpuEngine final : public InferenceEngine {
   }
 
   int num_classes() const override { return prog_.num_classes; }
+
+  /// Hands the f32 value just written to the observer (the buffer may be reused later).
+  void observe(int value, const memory& m) {
+    strm_.wait();
+    observer_(value, static_cast<const float*>(m.get_data_handle()),
+              static_cast<int64_t>(m.get_desc().get_size() / sizeof(float)));
+  }
+
   const std::string& precision() const override { return precision_; }
   const InferenceProgram& program() const override { return prog_; }
 
@@ -104,53 +127,119 @@ class CpuEngine final : public InferenceEngine {
     return *plans_.emplace(key, std::move(plan)).first->second;
   }
 
+  /// One primitive to create: a program op, or a conversion between a value's stored data
+  /// type and the one an op reads (int8: quantize before the first INT8 conv, dequantize before
+  /// the average pool).
+  struct Node {
+    int op = -1;  ///< index into prog_.ops; -1 = a conversion (reorder) of `in` into `out`
+    int in = 0, res = -1, out = 0;
+  };
+
   std::unique_ptr<Plan> build(int64_t n, int64_t h, int64_t w) {
     const auto& ops = prog_.ops;
-    const size_t nv = prog_.producer.size();
-    // Shapes (C, H, W) of every value, and the last op reading each.
-    std::vector<std::array<int64_t, 3>> shape(nv, {0, 0, 0});
-    std::vector<int> last_read(nv, -1);
+    const bool int8 = precision_ == "int8";
+    // Values: the program's, then conversion copies appended by the lowering below.
+    std::vector<std::array<int64_t, 3>> shape(prog_.producer.size(), {0, 0, 0});
+    std::vector<dt> vdt(shape.size(), act_);
+    std::vector<float> scale(shape.size(), 1.f);  // int8 values: real = q * scale
+    std::vector<bool> nonneg(shape.size(), false);
     shape[0] = {3, h, w};
+    vdt[0] = int8 ? dt::f32 : act_;
+    auto add_value = [&](int like, dt d, float sc) {
+      shape.push_back(shape[static_cast<size_t>(like)]);
+      vdt.push_back(d);
+      scale.push_back(sc);
+      nonneg.push_back(nonneg[static_cast<size_t>(like)]);
+      return static_cast<int>(shape.size()) - 1;
+    };
+    std::vector<Node> nodes;
+    std::map<std::pair<int, int>, int> copies;  // (value, data type) -> its converted copy
+    auto as = [&](int v, dt want) {
+      const dt have = vdt[static_cast<size_t>(v)];
+      const bool have_int = have == dt::u8 || have == dt::s8;
+      if (want == dt::s8 && have_int) return v;  // any int8 value feeds an INT8 conv
+      if (want == have) return v;
+      auto key = std::make_pair(v, static_cast<int>(want));
+      auto it = copies.find(key);
+      if (it != copies.end()) return it->second;
+      dt d = want;
+      float sc = scale[static_cast<size_t>(v)];
+      if (want == dt::s8) {  // quantize: u8 when the value cannot be negative
+        d = nonneg[static_cast<size_t>(v)] ? dt::u8 : dt::s8;
+        sc = quant::activation_scale(prog_.value_absmax.at(static_cast<size_t>(v)), d == dt::u8);
+      }
+      const int c = add_value(v, d, d == dt::f32 ? 1.f : sc);
+      nodes.push_back({-1, v, -1, c});
+      copies.emplace(key, c);
+      return c;
+    };
+    auto out_size = [&](int64_t s, int k, int st, int pad) { return (s + 2 * pad - k) / st + 1; };
     for (size_t i = 0; i < ops.size(); ++i) {
       const InferOp& op = ops[i];
-      const auto in = shape[static_cast<size_t>(op.input)];
+      const auto in_shape = shape[static_cast<size_t>(op.input)];
       std::array<int64_t, 3> o{};
-      auto out_size = [&](int64_t s, int k, int st, int pad) { return (s + 2 * pad - k) / st + 1; };
+      Node nd{static_cast<int>(i), op.input, -1, op.output};
+      const auto out = static_cast<size_t>(op.output);
       switch (op.kind) {
-        case InferOp::Kind::conv:
-          o = {op.conv.out_channels, out_size(in[1], op.conv.kernel, op.conv.stride, op.conv.pad),
-               out_size(in[2], op.conv.kernel, op.conv.stride, op.conv.pad)};
+        case InferOp::Kind::conv: {
+          o = {op.conv.out_channels,
+               out_size(in_shape[1], op.conv.kernel, op.conv.stride, op.conv.pad),
+               out_size(in_shape[2], op.conv.kernel, op.conv.stride, op.conv.pad)};
+          nonneg[out] = op.relu;
+          if (int8 && op.input != 0) {
+            nd.in = as(op.input, dt::s8);
+            if (op.residual >= 0) nd.res = as(op.residual, dt::s8);
+            vdt[out] = op.relu ? dt::u8 : dt::s8;
+            scale[out] = quant::activation_scale(prog_.value_absmax.at(out), op.relu);
+          } else {
+            nd.res = op.residual;
+            vdt[out] = int8 ? dt::f32 : act_;
+          }
           break;
+        }
         case InferOp::Kind::maxpool:
-          o = {in[0], out_size(in[1], op.pool.kernel, op.pool.stride, op.pool.pad),
-               out_size(in[2], op.pool.kernel, op.pool.stride, op.pool.pad)};
+          o = {in_shape[0], out_size(in_shape[1], op.pool.kernel, op.pool.stride, op.pool.pad),
+               out_size(in_shape[2], op.pool.kernel, op.pool.stride, op.pool.pad)};
+          // Max commutes with a positive scale: pool the stored values, keep their scale.
+          vdt[out] = vdt[static_cast<size_t>(op.input)];
+          scale[out] = scale[static_cast<size_t>(op.input)];
+          nonneg[out] = nonneg[static_cast<size_t>(op.input)];
           break;
         case InferOp::Kind::global_avgpool:
-          o = {in[0], 1, 1};
+          o = {in_shape[0], 1, 1};
+          if (int8) nd.in = as(op.input, dt::f32);
+          vdt[out] = int8 ? dt::f32 : act_;
+          nonneg[out] = nonneg[static_cast<size_t>(op.input)];
           break;
         case InferOp::Kind::fc:
           o = {prog_.num_classes, 1, 1};
+          vdt[out] = dt::f32;  // the logits
           break;
       }
       RN50_CHECK(o[1] >= 1 && o[2] >= 1,
                  "inference: a {}x{} input is too small for {} (at '{}'); use a larger crop", h, w,
                  prog_.arch, op.name);
-      shape[static_cast<size_t>(op.output)] = o;
-      last_read[static_cast<size_t>(op.input)] = static_cast<int>(i);
-      if (op.residual >= 0) last_read[static_cast<size_t>(op.residual)] = static_cast<int>(i);
+      shape[out] = o;
+      nodes.push_back(nd);
     }
+    // The last node reading each value.
+    std::vector<int> last_read(shape.size(), -1);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      last_read[static_cast<size_t>(nodes[i].in)] = static_cast<int>(i);
+      if (nodes[i].res >= 0) last_read[static_cast<size_t>(nodes[i].res)] = static_cast<int>(i);
+    }
+
     auto plan = std::make_unique<Plan>();
     plan->n = n;
     plan->h = h;
     plan->w = w;
     // Liveness assignment of buffers: value -> buffer index.
-    std::vector<int> buf_of(nv, -1);
+    std::vector<int> buf_of(shape.size(), -1);
     std::vector<size_t> buf_size;  // bytes
     std::vector<int> free_bufs;
-    const size_t logits_value = static_cast<size_t>(ops.back().output);
-    auto bytes = [&](size_t v) {  // activations in act_, the logits in f32
+    auto bytes = [&](size_t v) {
       const size_t e = static_cast<size_t>(n * shape[v][0] * shape[v][1] * shape[v][2]);
-      return e * (v == logits_value ? sizeof(float) : memory::data_type_size(act_));
+      return e * memory::data_type_size(vdt[v]);
     };
     auto take = [&](size_t v) {
       int b;
@@ -165,26 +254,27 @@ class CpuEngine final : public InferenceEngine {
       buf_of[v] = b;
     };
     take(0);
-    std::vector<bool> in_place(ops.size(), false);
-    for (size_t i = 0; i < ops.size(); ++i) {
-      const InferOp& op = ops[i];
-      const auto out = static_cast<size_t>(op.output);
-      if (op.residual >= 0) {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const Node& nd = nodes[i];
+      const auto out = static_cast<size_t>(nd.out);
+      const std::string& name = nd.op >= 0 ? ops[static_cast<size_t>(nd.op)].name : "convert";
+      if (nd.res >= 0) {
         // The sum post-op accumulates into the destination: write over the shortcut's own
         // buffer, which this conv reads last in every ResNet block.
-        RN50_CHECK(last_read[static_cast<size_t>(op.residual)] == static_cast<int>(i) &&
-                       op.residual != op.input,
+        RN50_CHECK(last_read[static_cast<size_t>(nd.res)] == static_cast<int>(i) && nd.res != nd.in,
                    "inference: '{}' adds a shortcut that a later op still reads; the CPU engine "
                    "needs the adding conv to be the shortcut's last reader",
-                   op.name);
-        buf_of[out] = buf_of[static_cast<size_t>(op.residual)];
-        in_place[i] = true;
+                   name);
+        RN50_CHECK(memory::data_type_size(vdt[static_cast<size_t>(nd.res)]) ==
+                       memory::data_type_size(vdt[out]),
+                   "inference: '{}' adds a shortcut stored in another element size", name);
+        buf_of[out] = buf_of[static_cast<size_t>(nd.res)];
       } else {
         take(out);
       }
-      for (int v : {op.input, op.residual}) {
-        if (v < 0 || last_read[static_cast<size_t>(v)] != static_cast<int>(i)) continue;
-        if (in_place[i] && v == op.residual) continue;
+      for (int v : {nd.in, nd.res}) {
+        if (v < 0 || v == nd.res || last_read[static_cast<size_t>(v)] != static_cast<int>(i))
+          continue;
         free_bufs.push_back(buf_of[static_cast<size_t>(v)]);
       }
     }
@@ -196,32 +286,71 @@ class CpuEngine final : public InferenceEngine {
     };
     auto act_md = [&](int v) {
       const auto& s = shape[static_cast<size_t>(v)];
-      return memory::desc({n, s[0], s[1], s[2]}, act_, tag::nhwc);
+      return memory::desc({n, s[0], s[1], s[2]}, vdt[static_cast<size_t>(v)], tag::nhwc);
     };
     plan->input = memory(act_md(0), eng_, ptr(0));
 
-    for (size_t i = 0; i < ops.size(); ++i) {
-      const InferOp& op = ops[i];
+    for (const Node& nd : nodes) {
       Step st;
-      const memory::desc src = act_md(op.input), dst = act_md(op.output);
-      memory src_m(src, eng_, ptr(op.input)), dst_m(dst, eng_, ptr(op.output));
+      st.value = nd.out;
+      const memory::desc src = act_md(nd.in), dst = act_md(nd.out);
+      memory src_m(src, eng_, ptr(nd.in)), dst_m(dst, eng_, ptr(nd.out));
+      const float s_in = scale[static_cast<size_t>(nd.in)],
+                  s_out = scale[static_cast<size_t>(nd.out)];
+      if (nd.op < 0) {  // quantize (f32 -> u8/s8: x / s_out) or dequantize (q * s_in)
+        const bool to_f32 = vdt[static_cast<size_t>(nd.out)] == dt::f32;
+        dnnl::primitive_attr attr;
+        if (to_f32)
+          attr.set_output_scales(0, {s_in});
+        else
+          attr = quant::quantize_attr({s_out}, 0);
+        dnnl::reorder::primitive_desc pd(eng_, src, eng_, dst, attr);
+        st.prim = dnnl::reorder(pd);
+        st.args = {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_DST, dst_m}};
+        plan->steps.push_back(std::move(st));
+        continue;
+      }
+      const InferOp& op = ops[static_cast<size_t>(nd.op)];
       switch (op.kind) {
         case InferOp::Kind::conv: {
           const ConvSpec& c = op.conv;
+          const bool q = vdt[static_cast<size_t>(nd.in)] == dt::u8 ||
+                         vdt[static_cast<size_t>(nd.in)] == dt::s8;
           const memory::dims wd{c.out_channels, c.in_channels, c.kernel, c.kernel};
-          const memory::desc w_any(wd, act_, tag::any), b_md({c.out_channels}, dt::f32, tag::x);
+          const memory::desc w_any(wd, q ? dt::s8 : act_, tag::any),
+              b_md({c.out_channels}, dt::f32, tag::x);
           dnnl::convolution_forward::desc d(prop_kind::forward_inference,
                                             algorithm::convolution_direct, src, w_any, b_md, dst,
                                             {c.stride, c.stride}, {c.pad, c.pad}, {c.pad, c.pad});
           dnnl::post_ops po;
-          if (op.residual >= 0) po.append_sum(1.f);
-          if (op.relu) po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
           dnnl::primitive_attr attr;
+          std::vector<float> w_scale;  // int8: per output channel, real W = q * w_scale[k]
+          const float* bias = op.bias.data_as<const float>();
+          if (q) {
+            w_scale = quant::weight_scales(op.weight);
+            // dst = oscale[k] * (acc + bias'[k]) (+ sum) then ReLU, with acc in units of
+            // s_in * w_scale[k]: bias' = b / (s_in w_scale[k]), oscale = s_in w_scale[k] / s_out.
+            std::vector<float> os(w_scale.size());
+            std::vector<float>& qb = plan->biases.emplace_back(w_scale.size());
+            for (size_t k = 0; k < w_scale.size(); ++k) {
+              os[k] = s_in * w_scale[k] / s_out;
+              qb[k] = op.bias.data_as<const float>()[k] / (s_in * w_scale[k]);
+            }
+            attr.set_output_scales(1 << 1, os);
+            bias = qb.data();
+            if (nd.res >= 0)
+              po.append_sum(scale[static_cast<size_t>(nd.res)] / s_out,
+                            vdt[static_cast<size_t>(nd.res)]);
+          } else if (nd.res >= 0) {
+            po.append_sum(1.f);
+          }
+          if (op.relu) po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
           attr.set_post_ops(po);
           dnnl::convolution_forward::primitive_desc pd(d, attr, eng_);
           st.prim = dnnl::convolution_forward(pd);
-          const memory w = pack(op.weight, memory::desc(wd, dt::f32, tag::oihw), pd.weights_desc());
-          const memory b(b_md, eng_, op.bias.data());
+          const memory w =
+              pack(op.weight, memory::desc(wd, dt::f32, tag::oihw), pd.weights_desc(), w_scale);
+          const memory b(b_md, eng_, const_cast<float*>(bias));
           st.args = {{DNNL_ARG_SRC, src_m},
                      {DNNL_ARG_WEIGHTS, w},
                      {DNNL_ARG_BIAS, b},
@@ -233,7 +362,7 @@ class CpuEngine final : public InferenceEngine {
         case InferOp::Kind::maxpool:
         case InferOp::Kind::global_avgpool: {
           const bool mx = op.kind == InferOp::Kind::maxpool;
-          const auto& s = shape[static_cast<size_t>(op.input)];
+          const auto& s = shape[static_cast<size_t>(nd.in)];
           const memory::dims k =
               mx ? memory::dims{op.pool.kernel, op.pool.kernel} : memory::dims{s[1], s[2]};
           const memory::dims stride =
@@ -250,21 +379,23 @@ class CpuEngine final : public InferenceEngine {
         }
         case InferOp::Kind::fc: {
           const int64_t k = prog_.num_classes, c = op.weight.dim(1);
-          const memory::desc x2({n, c}, act_, tag::nc), y2({n, k}, dt::f32, tag::nc);
-          const memory::desc w_any({k, c}, act_, tag::any), b_md({k}, dt::f32, tag::x);
+          const memory::desc x2({n, c}, vdt[static_cast<size_t>(nd.in)], tag::nc),
+              y2({n, k}, dt::f32, tag::nc);
+          const memory::desc w_any({k, c}, vdt[static_cast<size_t>(nd.in)], tag::any),
+              b_md({k}, dt::f32, tag::x);
           dnnl::inner_product_forward::desc d(prop_kind::forward_inference, x2, w_any, b_md, y2);
           dnnl::inner_product_forward::primitive_desc pd(d, eng_);
           st.prim = dnnl::inner_product_forward(pd);
           const memory w =
-              pack(op.weight, memory::desc({k, c}, dt::f32, tag::oi), pd.weights_desc());
+              pack(op.weight, memory::desc({k, c}, dt::f32, tag::oi), pd.weights_desc(), {});
           const memory b(b_md, eng_, op.bias.data());
-          st.args = {{DNNL_ARG_SRC, memory(x2, eng_, ptr(op.input))},
+          st.args = {{DNNL_ARG_SRC, memory(x2, eng_, ptr(nd.in))},
                      {DNNL_ARG_WEIGHTS, w},
                      {DNNL_ARG_BIAS, b},
-                     {DNNL_ARG_DST, memory(y2, eng_, ptr(op.output))}};
+                     {DNNL_ARG_DST, memory(y2, eng_, ptr(nd.out))}};
           plan->packed.push_back(w);
           plan->packed.push_back(b);
-          plan->logits = ptr(op.output);
+          plan->logits = ptr(nd.out);
           break;
         }
       }
@@ -275,18 +406,24 @@ class CpuEngine final : public InferenceEngine {
   }
 
   /// `w` (host f32 in `user` layout) reordered into `want`; the program's tensor itself when the
-  /// layouts agree.
-  memory pack(const Tensor& w, const memory::desc& user, const memory::desc& want) {
-    memory u(user, eng_, w.data());
-    if (user == want) return u;
+  /// layouts agree. With w_scale (int8 weights), output channel k is divided by w_scale[k]
+  /// (rounded to nearest even, saturated to [-127, 127] by the range of the scale).
+  memory pack(const Tensor& w, const memory::desc& user, const memory::desc& want,
+              const std::vector<float>& w_scale) {
+    memory u(user, eng_, const_cast<void*>(w.data()));
+    if (user == want && w_scale.empty()) return u;
     memory m(want, eng_);
-    dnnl::reorder(u, m).execute(strm_, u, m);
+    const dnnl::primitive_attr attr =
+        w_scale.empty() ? dnnl::primitive_attr() : quant::quantize_attr(w_scale, 1 << 0);
+    dnnl::reorder(dnnl::reorder::primitive_desc(eng_, user, eng_, want, attr)).execute(strm_, u, m);
     return m;
   }
 
   InferenceProgram prog_;
   std::string precision_;
-  dt act_;  ///< activations and conv/fc weights: f32, or bf16 (bias, accumulation, logits f32)
+  dt act_;  ///< float activations and conv/fc weights: f32, or bf16 (bias, accumulation, logits
+            ///< f32)
+  ValueObserver observer_;
   dnnl::engine eng_;
   dnnl::stream strm_;
   std::mutex mu_;
@@ -296,8 +433,9 @@ class CpuEngine final : public InferenceEngine {
 }  // namespace
 
 std::unique_ptr<InferenceEngine> make_cpu_engine(InferenceProgram program,
-                                                 const std::string& precision) {
-  return std::make_unique<CpuEngine>(std::move(program), precision);
+                                                 const std::string& precision,
+                                                 ValueObserver observer) {
+  return std::make_unique<CpuEngine>(std::move(program), precision, std::move(observer));
 }
 
 }  // namespace rn50

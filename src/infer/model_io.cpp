@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -99,7 +100,17 @@ void save_inference_model(const InferenceModel& m, const std::string& dir) {
   j["arch"] = p.arch;
   j["num_classes"] = p.num_classes;
   j["feature_channels"] = p.feature_channels;
-  j["precision"] = "fp32";
+  j["precision"] = "fp32";  // the stored weights; int8 engines quantize them at load
+  if (!p.value_absmax.empty()) {
+    // INT8 calibration: per value, the |x| range the INT8 engine quantizes with.
+    const CalibrationInfo& c = m.info.calibration;
+    json cal = {{"method", c.method}, {"images", c.images}, {"image_root", c.image_root}};
+    if (c.method == "percentile") cal["percentile"] = c.percentile;
+    json r = json::array();
+    for (float a : p.value_absmax) r.push_back(a);
+    cal["value_absmax"] = r;
+    j["int8_calibration"] = cal;
+  }
   j["input"] = {
       {"dtype", "f32"}, {"shape", "N,3,H,W"}, {"normalised", "(pixel / 255 - mean) / std"}};
   j["preprocessing"] = {{"resize_short", m.info.resize_short},
@@ -219,6 +230,19 @@ InferenceModel load_inference_model(const std::string& dir) {
     p.ops.push_back(std::move(op));
   }
   RN50_CHECK(p.ops.back().kind == InferOp::Kind::fc, "'{}': the last op must be the fc", jpath);
+  if (j.contains("int8_calibration")) {
+    const json& c = j["int8_calibration"];
+    const std::string where = jpath + " int8_calibration";
+    m.info.calibration.method = field<std::string>(c, "method", where);
+    m.info.calibration.images = field<int64_t>(c, "images", where);
+    m.info.calibration.image_root = c.value("image_root", std::string());
+    m.info.calibration.percentile = c.value("percentile", 0.0);
+    p.value_absmax = field<std::vector<float>>(c, "value_absmax", where);
+    RN50_CHECK(static_cast<int64_t>(p.value_absmax.size()) == nv,
+               "{}: value_absmax has {} entries for {} values", where, p.value_absmax.size(), nv);
+    for (float a : p.value_absmax)
+      RN50_CHECK(std::isfinite(a) && a >= 0, "{}: value_absmax holds {}", where, a);
+  }
   return m;
 }
 
@@ -233,10 +257,18 @@ void run_export(const ExportConfig& cfg, std::ostream& out) {
                "libprotobuf-dev were not found); run scripts/setup.sh and rebuild, or use "
                "--format rn50");
   }
-  RN50_CHECK(cfg.precision == "fp32",
-             "--precision {}: only fp32 models are exported so far (int8 calibration is not built "
-             "yet)",
+  RN50_CHECK(cfg.precision == "fp32" || cfg.precision == "int8",
+             "--precision {}: expected fp32 or int8 (bf16 needs no export: rn50 bench infer "
+             "--precision bf16 runs any model)",
              cfg.precision);
+  const bool int8 = cfg.precision == "int8";
+  RN50_CHECK(!int8 || !cfg.calib_root.empty(),
+             "--precision int8 calibrates on training images: pass --image-root DIR (its train/ "
+             "folder is used)");
+  for (const std::string& f : cfg.formats)
+    RN50_CHECK(!int8 || f != "onnx",
+               "--format onnx with --precision int8: rn50 writes fp32 ONNX only (a QDQ ONNX "
+               "comes with quantization-aware training); export ONNX in a separate fp32 run");
   RN50_CHECK(cfg.crop_size >= 1 && cfg.resize_short >= cfg.crop_size,
              "--resize-short {} / --crop-size {}: need crop >= 1 and resize >= crop",
              cfg.resize_short, cfg.crop_size);
@@ -249,6 +281,23 @@ void run_export(const ExportConfig& cfg, std::ostream& out) {
              "{} class names for a {}-class model", m.info.classes.size(), classes);
   m.info.resize_short = cfg.resize_short;
   m.info.crop_size = cfg.crop_size;
+  std::string calib_note;
+  if (int8) {
+    CalibrationConfig cc;
+    cc.method = cfg.calib_method;
+    cc.percentile = cfg.calib_percentile;
+    Calibrator cal(m.program, cc);
+    const int64_t bad =
+        for_calibration_batches(cfg.calib_root, cfg.calib_images, cfg.resize_short, cfg.crop_size,
+                                16, [&](const Tensor& x) { cal.add(x); });
+    m.program.value_absmax = cal.value_absmax();
+    m.info.calibration = {cc.method, cc.method == "percentile" ? cc.percentile : 0.0, cal.images(),
+                          cfg.calib_root};
+    calib_note = fmt::format(
+        ", int8 calibration: {} {} images{}",
+        cc.method == "max" ? "max over" : fmt::format("{} percentile over", cc.percentile),
+        cal.images(), bad ? fmt::format(" ({} unreadable skipped)", bad) : "");
+  }
   std::vector<std::string> written;
   for (const std::string& f : cfg.formats) {
     if (f == "rn50") {
@@ -263,9 +312,9 @@ void run_export(const ExportConfig& cfg, std::ostream& out) {
   for (const InferOp& op : m.program.ops) convs += op.kind == InferOp::Kind::conv;
   out << fmt::format(
       "exported {} ({} classes{}) to '{}': {} ops, {} convolutions with their BatchNorm folded, "
-      "fp32 ({})\n",
+      "fp32 weights{} ({})\n",
       arch, classes, m.info.classes.empty() ? ", no class names" : "", cfg.output,
-      m.program.ops.size(), convs, fmt::join(written, ", "));
+      m.program.ops.size(), convs, calib_note, fmt::join(written, ", "));
 }
 
 }  // namespace rn50

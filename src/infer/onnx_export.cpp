@@ -180,8 +180,9 @@ void save_onnx_model(const InferenceModel& model, const std::string& path) {
         NodeProto* f = add_node(g, "Flatten", op.name + ".flatten", {in}, op.name + ".flatten");
         add_int(f, "axis", 1);
         out = &op == &p.ops.back() ? "logits" : op.name;
-        NodeProto* n = add_node(g, "Gemm", op.name,
-                                {op.name + ".flatten", op.name + ".weight", op.name + ".bias"}, out);
+        NodeProto* n =
+            add_node(g, "Gemm", op.name,
+                     {op.name + ".flatten", op.name + ".weight", op.name + ".bias"}, out);
         add_int(n, "transB", 1);
         break;
       }

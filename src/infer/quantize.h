@@ -1,0 +1,36 @@
+// rn50 inference: the INT8 quantization rules of the CPU engine, in one place (the engine and
+// the tests use these; the formulas follow oneDNN's INT8 inference example,
+// cnn_inference_int8.cpp, with symmetric ranges and no zero points):
+//   weights      per output channel k: scale_k = max |W[k, ...]| / 127, q = W * (1 / scale_k)
+//   activations  per tensor: scale = absmax / 255 (u8: values after a ReLU) or absmax / 127 (s8)
+//   quantize     q = saturate(round_half_even(x * (1 / scale)))     (oneDNN reorder semantics)
+//   dequantize   x = q * scale
+#pragma once
+
+#include <cstdint>
+#include <dnnl.hpp>
+#include <vector>
+
+#include "rn50/tensor.h"
+
+namespace rn50::quant {
+
+/// Per-output-channel scales of a host f32 weight (K, ...): max |W_k| / 127; 1 for a channel
+/// that is all zero (its codes are all 0 either way).
+std::vector<float> weight_scales(const Tensor& w);
+
+/// Per-tensor scale of an activation whose calibrated range is `absmax`: absmax / 255 when
+/// `is_unsigned` (u8), else absmax / 127 (s8); a non-positive or non-finite absmax counts as 1.
+float activation_scale(float absmax, bool is_unsigned);
+
+/// The oneDNN attribute that quantizes with `scales` (dst = src * (1 / scale)): mask 0 = one
+/// scale for the tensor, 1 << d = one per index of dimension d.
+dnnl::primitive_attr quantize_attr(const std::vector<float>& scales, int mask);
+
+/// Quantizes host f32 `x` viewed as (rows, x.numel() / rows) with a oneDNN reorder and
+/// quantize_attr: one scale per row when scales.size() == rows, else scales[0] for all.
+/// Returns the codes as int32 (from u8 when `to_unsigned`, else s8). For the tests and tools.
+std::vector<int32_t> quantize(const Tensor& x, int64_t rows, const std::vector<float>& scales,
+                              bool to_unsigned);
+
+}  // namespace rn50::quant
