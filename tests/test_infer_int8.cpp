@@ -180,6 +180,12 @@ TEST(InferInt8, CalibrationIsDeterministicAndPercentileIsExactToOneBin) {
   bad.percentile = 101;
   EXPECT_NE(error_of([&] { Calibrator c(p, bad); }).find("--calib-percentile 101"),
             std::string::npos);
+  InferenceProgram huge = p;  // weights that overflow fp32 in the first conv
+  for (int64_t i = 0; i < huge.ops[0].weight.numel(); ++i)
+    huge.ops[0].weight.data_as<float>()[i] = 3e38f;
+  Calibrator over(huge, {});
+  const std::string inf = error_of([&] { over.add(batches[0]); });
+  EXPECT_NE(inf.find("'conv1' produced a non-finite value"), std::string::npos) << inf;
   Calibrator empty(p, {});
   EXPECT_NE(error_of([&] { empty.value_absmax(); }).find("no images"), std::string::npos);
 }

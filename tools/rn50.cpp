@@ -154,6 +154,8 @@ void add_data_commands(CLI::App& app, DataCommands& d) {
                             "eval resize with --data, pixels (the model's, else crop*256/224)");
   d.bench_infer->add_option("--predictions-file", ib.predictions_file,
                             "with --data: write path<TAB>label<TAB>top1 per val image");
+  d.bench_infer->add_flag("--exact-decode", ib.exact_decode,
+                          "with --data: decode and resize exactly as PIL/torchvision");
   d.bench_infer->add_option("--report-file", ib.report_file,
                             "append one JSON line per batch size to this file");
 }

@@ -270,6 +270,7 @@ struct InferBenchConfig {
   std::string data = "synthetic";
   int resize_short = 0;          ///< --resize-short; 0 = the model's, else crop * 256 / 224
   std::string predictions_file;  ///< --predictions-file: "path<TAB>label<TAB>top1" per image
+  bool exact_decode = false;     ///< --exact-decode: PIL's pixels bit for bit (LoaderOptions)
 };
 
 /// Accuracy of an engine over an ImageFolder val split.
@@ -279,12 +280,13 @@ struct InferAccuracy {
 };
 
 /// Classifies every image of <image_root>/val (eval transform: resize_short, center crop;
-/// ImageNet mean/std) in batches of `batch` with `engine`; writes one "path<TAB>label<TAB>top1"
+/// ImageNet mean/std; exact_decode as LoaderOptions) in batches of `batch` with `engine`; writes one "path<TAB>label<TAB>top1"
 /// line per image to `predictions_file` when it is not empty (atomically). Throws rn50::Error
 /// naming the folder when it holds no images, or the file on an I/O error.
 InferAccuracy measure_accuracy(InferenceEngine& engine, const std::string& image_root,
                                int resize_short, int crop, int batch,
-                               const std::string& predictions_file = "");
+                               const std::string& predictions_file = "",
+                               bool exact_decode = false);
 
 /// One batch size's figures. Latencies are wall milliseconds of one run() call on a batch
 /// (input already in memory, logits back on the host); percentiles interpolate linearly between

@@ -72,8 +72,8 @@ std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostre
                            ? model_resize
                            : cfg.crop_size * 256 / 224;
     const int batch = *std::max_element(cfg.batch_sizes.begin(), cfg.batch_sizes.end());
-    const InferAccuracy a =
-        measure_accuracy(*engine, cfg.data, resize, cfg.crop_size, batch, cfg.predictions_file);
+    const InferAccuracy a = measure_accuracy(*engine, cfg.data, resize, cfg.crop_size, batch,
+                                             cfg.predictions_file, cfg.exact_decode);
     out << fmt::format(
         "accuracy: {} {} on {}/val: top1 {:.2f}% top5 {:.2f}% ({} images, resize "
         "{} crop {})\n",
@@ -95,8 +95,9 @@ std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostre
 
 InferAccuracy measure_accuracy(InferenceEngine& engine, const std::string& image_root,
                                int resize_short, int crop, int batch,
-                               const std::string& predictions_file) {
+                               const std::string& predictions_file, bool exact_decode) {
   LoaderOptions lo;
+  lo.exact_decode = exact_decode;
   lo.batch_size = batch;
   lo.crop_size = crop;
   lo.resize_short = resize_short;

@@ -62,6 +62,7 @@ struct AbsHistogram {
 
 struct Calibrator::Impl {
   CalibrationConfig cfg;
+  std::vector<std::string> value_names;  ///< the op writing each value, for messages
   std::unique_ptr<InferenceEngine> engine;
   std::vector<double> absmax;
   std::vector<AbsHistogram> hist;
@@ -80,9 +81,18 @@ Calibrator::Calibrator(const InferenceProgram& program, const CalibrationConfig&
   if (cfg.method == "percentile") impl_->hist.resize(nv);
   InferenceProgram p = program;
   p.value_absmax.clear();
+  impl_->value_names.assign(nv, "the input");
+  for (const InferOp& op : program.ops)
+    impl_->value_names.at(static_cast<size_t>(op.output)) = "'" + op.name + "'";
   Impl* impl = impl_.get();
   impl_->engine = make_cpu_engine(std::move(p), "fp32", [impl](int v, const float* x, int64_t n) {
     const auto i = static_cast<size_t>(v);
+    for (int64_t k = 0; k < n; ++k)
+      RN50_CHECK(std::isfinite(x[k]),
+                 "calibration: {} produced a non-finite value ({}) on the calibration images: "
+                 "the model overflows fp32 there and cannot be quantized (check its weights and "
+                 "BatchNorm statistics)",
+                 impl->value_names[i], x[k]);
     if (!impl->hist.empty()) {
       impl->hist[i].add(x, n);
     } else {
