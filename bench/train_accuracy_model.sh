@@ -15,7 +15,10 @@ OUT=${2:-runs/accuracy-model}
 EPOCHS=${3:-14}
 [ -x build/rn50 ] || bash scripts/build.sh
 mkdir -p "$OUT"
-./build/rn50 train --image-root "$ROOT" --arch resnet18 --num-of-class 10 \
+# An interrupted run resumes from its last complete epoch.
+RESUME=()
+[ -d "$OUT/checkpoints/resnet18" ] && RESUME=(--from-checkpoint "$OUT/checkpoints/resnet18")
+./build/rn50 train "${RESUME[@]}" --image-root "$ROOT" --arch resnet18 --num-of-class 10 \
   --epochs "$EPOCHS" --warmup-epochs 1 --batch-size 64 --crop-size 128 --resize-short 146 \
   --checkpoint-dir "$OUT/checkpoints" --inference-dir "$OUT/inference" \
   --report-file "$OUT/report.jsonl" --seed 1

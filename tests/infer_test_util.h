@@ -1,5 +1,5 @@
-// Helpers of the inference tests: a model with random BatchNorm parameters and statistics, and
-// the message of the rn50::Error a call throws.
+// Helpers of the inference tests: a model with random BatchNorm parameters and statistics, its
+// folded program, random images, and the message of the rn50::Error a call throws.
 #pragma once
 
 #include <functional>
@@ -7,7 +7,9 @@
 #include <random>
 #include <string>
 
+#include "rn50/backend.h"
 #include "rn50/error.h"
+#include "rn50/inference.h"
 #include "rn50/model.h"
 #include "rn50/tensor.h"
 
@@ -37,6 +39,27 @@ inline std::map<std::string, Tensor> randomise_bn(ResNet& model, uint64_t seed) 
   }
   model.load_state_dict(sd);
   return sd;
+}
+
+/// Host f32 NCHW (n, 3, hw, hw) standard-normal images.
+inline Tensor random_images(int64_t n, int64_t hw, uint64_t seed) {
+  Tensor x = Tensor::empty({n, 3, hw, hw}, DType::f32);
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> nd;
+  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = nd(gen);
+  return x;
+}
+
+/// The folded program of `arch` (`classes` outputs) with Kaiming weights (seed) and random BN
+/// parameters and statistics (seed + 1), built on the reference backend.
+inline InferenceProgram random_program(const std::string& arch, int classes, uint64_t seed) {
+  auto be = make_backend("ref");
+  ModelOptions opt;
+  opt.num_classes = classes;
+  opt.layout = Layout::NCHW;
+  ResNet model(*be, arch_from_name(arch), opt);
+  model.init(seed);
+  return fold_network(model.desc(), randomise_bn(model, seed + 1));
 }
 
 /// The what() of the rn50::Error `fn` throws, or "no error".

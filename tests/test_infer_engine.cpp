@@ -52,14 +52,6 @@ struct Fixture {
   }
 };
 
-Tensor random_images(int64_t n, int64_t hw, uint64_t seed) {
-  Tensor x = Tensor::empty({n, 3, hw, hw}, DType::f32);
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<float> nd;
-  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = nd(gen);
-  return x;
-}
-
 void expect_close(const Tensor& got, const Tensor& want, double rel, const std::string& what) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
   double scale = 0;

@@ -30,24 +30,6 @@ using rn50_test::run_command;
 using rn50_test::sh_quote;
 using rn50_test::TempDir;
 
-Tensor random_images(int64_t n, int64_t hw, uint64_t seed) {
-  Tensor x = Tensor::empty({n, 3, hw, hw}, DType::f32);
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<float> nd;
-  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = nd(gen);
-  return x;
-}
-
-InferenceProgram random_program(const std::string& arch, int classes) {
-  auto be = make_backend("ref");
-  ModelOptions opt;
-  opt.num_classes = classes;
-  opt.layout = Layout::NCHW;
-  ResNet model(*be, arch_from_name(arch), opt);
-  model.init(41);
-  return fold_network(model.desc(), randomise_bn(model, 42));
-}
-
 InferenceProgram calibrated(InferenceProgram p, const std::string& method,
                             const std::vector<Tensor>& batches) {
   CalibrationConfig cc;
@@ -141,7 +123,7 @@ print('ok', int((q(w, ws[:, None], -128, 127)[:, 20:24] % 2).sum()))
 }
 
 TEST(InferInt8, CalibrationIsDeterministicAndPercentileIsExactToOneBin) {
-  const InferenceProgram p = random_program("resnet18", 10);
+  const InferenceProgram p = random_program("resnet18", 10, 41);
   const std::vector<Tensor> batches{random_images(2, 64, 1), random_images(3, 64, 2)};
   const InferenceProgram a = calibrated(p, "max", batches);
   const InferenceProgram b = calibrated(p, "max", batches);
@@ -192,7 +174,7 @@ TEST(InferInt8, CalibrationIsDeterministicAndPercentileIsExactToOneBin) {
 
 TEST(InferInt8, LogitsCloseToFp32AndNotEqual) {
   for (const char* arch : {"resnet18", "resnet50"}) {
-    const InferenceProgram p = random_program(arch, 10);
+    const InferenceProgram p = random_program(arch, 10, 41);
     const Tensor x = random_images(4, 64, 7);
     const InferenceProgram q = calibrated(p, "max", {x, random_images(4, 64, 8)});
     EngineOptions o;
@@ -222,7 +204,8 @@ TEST(InferInt8, LogitsCloseToFp32AndNotEqual) {
 TEST(InferInt8, CalibrationRoundTripsAndConcurrentCallsAgree) {
   TempDir tmp("int8_io");
   InferenceModel m;
-  m.program = calibrated(random_program("resnet18", 5), "percentile", {random_images(2, 48, 9)});
+  m.program =
+      calibrated(random_program("resnet18", 5, 41), "percentile", {random_images(2, 48, 9)});
   m.info.calibration = {"percentile", 99.99, 2, "somewhere"};
   save_inference_model(m, tmp.str());
   const InferenceModel r = load_inference_model(tmp.str());

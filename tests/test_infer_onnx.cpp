@@ -30,14 +30,8 @@ using rn50_test::fs::path;
 
 /// A resnet18 (10 classes) with Kaiming weights and random BN parameters and statistics, folded.
 InferenceModel random_model(int crop) {
-  auto be = make_backend("ref");
-  ModelOptions opt;
-  opt.num_classes = 10;
-  opt.layout = Layout::NCHW;
-  ResNet model(*be, arch_from_name("resnet18"), opt);
-  model.init(31);
   InferenceModel m;
-  m.program = fold_network(model.desc(), randomise_bn(model, 32));
+  m.program = random_program("resnet18", 10, 31);
   m.info.crop_size = crop;
   m.info.resize_short = crop * 8 / 7;
   for (int i = 0; i < 10; ++i) m.info.classes.push_back("class_" + std::to_string(i));
