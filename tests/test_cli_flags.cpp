@@ -87,6 +87,13 @@ TEST(CliFlags, BadValuesAreRejectedWithTheirFlag) {
       {"train" + syn + " --run-scope train_only --eval-interval 2", "--eval-interval"},
       {"train" + syn + " --worker-cpus 0 x", "--worker-cpus 'x': expected an integer"},
       {"train" + syn + " --amp=maybe", "--amp=maybe: expected true or false"},
+      {"train" + syn + " --lr-decay-epochs 30 60", "add --lr-scheduler step"},
+      {"train" + syn + " --lr-decay-rate 0.5", "add --lr-scheduler step"},
+      {"train" + syn + " --lr-scheduler step --lr-decay-epochs 60,30",
+       "--lr-decay-epochs [60.0,30.0]: epochs must be >= 0 and ascending"},
+      {"train" + syn + " --lr-scheduler exponential", "--lr-scheduler 'exponential'"},
+      {"train" + syn + " --warmup-epochs 0 --warmup-start-lr 0.1", "there is no warmup"},
+      {"eval --data synthetic --bn-weight-decay", "--bn-weight-decay: rn50 eval does not take it"},
   };
   for (const BadCase& c : cases) {
     std::string out;

@@ -106,6 +106,37 @@ TEST(TrainLoop, LossFallsOnTinyImageFolder) {
   EXPECT_GT(epochs.back()["train.top1"].get<double>(), 50.0) << "the loss fell: better than chance";
 }
 
+// --lr-scheduler step with --warmup-start-lr, through the trainer: the lr of every step in the
+// report. 16 synthetic images, batch 8: 2 steps per epoch; base lr 0.256 * 8 / 256 = 0.008.
+TEST(TrainLoop, StepScheduleWithWarmupStartReachesTheSteps) {
+  TempDir tmp("loop_sched");
+  TrainConfig c = tiny_config(tmp.path / "none", tmp.path);
+  c.image_root.clear();
+  c.data = DataKind::synthetic;
+  c.synthetic_samples = 16;
+  c.crop_size = 32;
+  c.epochs = 4;
+  c.warmup_epochs = 1;
+  c.warmup_start_lr = 0.128;  // per 256 images: 0.004 at batch 8
+  c.lr_scheduler = "step";
+  c.lr_decay_epochs = {2, 3};
+  c.lr_decay_rate = 0.5;
+  c.bn_weight_decay = true;
+  c.run_scope = RunScope::train_only;
+  c.save_interval = 0;
+  ASSERT_EQ(run_train(c), 0);
+  const auto steps = of_type(read_jsonl(c.report_file), "step");
+  ASSERT_EQ(steps.size(), 8u);
+  const double want[8] = {0.006, 0.008, 0.008, 0.008, 0.004, 0.004, 0.002, 0.002};
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_NEAR(steps[i]["train.lr"].get<double>(), want[i], 1e-12) << "step " << i;
+    EXPECT_TRUE(std::isfinite(steps[i]["train.loss"].get<double>()));
+  }
+  const auto cfg = read_jsonl(c.report_file).front();
+  EXPECT_EQ(cfg["lr_scheduler"], "step");
+  EXPECT_EQ(cfg["bn_weight_decay"], true);
+}
+
 TEST(TrainLoop, ResumeReproducesUninterruptedRun) {
   TempDir tmp("resume");
   RN50_REQUIRE_OR_SKIP("data", make_two_class_subset(tmp.path / "data"), "imagenette not found");

@@ -71,6 +71,46 @@ TEST(SgdOptimizer, StepIsSgdUpdateOverTheSlabs) {
   EXPECT_EQ(host_f32(*be, opt.momentum()), host_f32(*be, mom));
 }
 
+// --bn-weight-decay: the optimizer decays the whole slab (BatchNorm gamma/beta and biases too),
+// which with zero gradients and no momentum history moves exactly the parameters past the
+// decayed prefix that the default leaves alone.
+TEST(SgdOptimizer, DecayAllCoversBatchNormAndBiases) {
+  auto be = make_backend("onednn");
+  ResNet a(*be, kNet, options(DType::f32)), b(*be, kNet, options(DType::f32));
+  a.init(4);
+  b.init(4);
+  be->zero(a.grad_slab());
+  be->zero(b.grad_slab());
+  SgdOptimizer::Options o;
+  o.weight_decay = 0.01f;
+  SgdOptimizer plain(*be, a, o);
+  o.decay_all = true;
+  SgdOptimizer all(*be, b, o);
+  Tensor state = Tensor::zeros({StepState::size}, DType::f32);
+  state.data_as<float>()[StepState::lr] = 0.5f;
+  state.data_as<float>()[StepState::loss_scale] = 1.f;
+  state.data_as<float>()[StepState::inv_loss_scale] = 1.f;
+  const std::vector<float> before = host_f32(*be, a.param_slab());
+  plain.step(state);
+  all.step(state);
+  const std::vector<float> pa = host_f32(*be, a.param_slab()), pb = host_f32(*be, b.param_slab());
+  ASSERT_LT(a.decay_count(), a.num_params());
+  int64_t bn_moved = 0;
+  for (int64_t i = 0; i < a.num_params(); ++i) {
+    // p - lr * wd * p on decayed entries (momentum buffer starts at 0).
+    const float decayed = before[i] - 0.5f * (0.01f * before[i]);
+    if (i < a.decay_count()) {
+      ASSERT_FLOAT_EQ(pa[i], decayed) << i;
+      ASSERT_FLOAT_EQ(pb[i], decayed) << i;
+    } else {
+      ASSERT_EQ(pa[i], before[i]) << "default: no decay on BN/bias entry " << i;
+      ASSERT_FLOAT_EQ(pb[i], decayed) << "--bn-weight-decay: decay on entry " << i;
+      bn_moved += before[i] != 0.f;
+    }
+  }
+  EXPECT_GT(bn_moved, 0);  // BN gammas start at 1
+}
+
 void check_mask_holds(Backend& be, DType dt) {
   SCOPED_TRACE(dtype_name(dt));
   ResNet m(be, kNet, options(dt));

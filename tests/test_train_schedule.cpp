@@ -103,3 +103,35 @@ TEST(TrainSchedule, MatchesTorchReferenceExactly) {
     }
   }
 }
+
+// The other DLE policies and --warmup-start-lr (train/lr_schedule.h): 10 steps per epoch,
+// 2 warmup epochs, 10 epochs, base 0.1 (global batch 256).
+TEST(TrainSchedule, StepLinearConstantAndWarmupStart) {
+  LrSchedule s = LrSchedule::make(0.1, 256, 2, 10, 10);
+  s.warmup_start_lr = 0.02;
+  EXPECT_DOUBLE_EQ(s.at(0), 0.02 + 0.08 * 1 / 20.0);
+  EXPECT_DOUBLE_EQ(s.at(19), 0.1);  // the last warmup step reaches the peak
+  s.warmup_start_lr = 0;
+  EXPECT_DOUBLE_EQ(s.at(0), 0.1 / 20.0);
+
+  s.policy = "constant";
+  EXPECT_DOUBLE_EQ(s.at(20), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(99), 0.1);
+
+  s.policy = "linear";  // t = (step - 20) / 80
+  EXPECT_DOUBLE_EQ(s.at(20), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(60), 0.05);
+  EXPECT_NEAR(s.at(99), 0.1 * (1 - 79 / 80.0), 1e-15);
+
+  s.policy = "step";
+  s.decay_epochs = {3, 6.5};
+  s.decay_rate = 0.1;
+  EXPECT_DOUBLE_EQ(s.at(29), 0.1);      // epoch 2.9
+  EXPECT_NEAR(s.at(30), 0.01, 1e-15);   // epoch 3: first decay
+  EXPECT_NEAR(s.at(64), 0.01, 1e-15);   // epoch 6.4
+  EXPECT_NEAR(s.at(65), 0.001, 1e-15);  // epoch 6.5
+  EXPECT_NEAR(s.at(99), 0.001, 1e-15);
+
+  s.policy = "cosine";  // unchanged default
+  EXPECT_DOUBLE_EQ(s.at(60), 0.05);
+}

@@ -60,6 +60,17 @@ struct TrainConfig {
   double lr = 0.256;
   /// --warmup-epochs: epochs of linear warmup, may be fractional (DLE 5).
   double warmup_epochs = 5;
+  /// --warmup-start-lr: the lr linear warmup starts from (0: DLE PyTorch's base*(step+1)/warm).
+  double warmup_start_lr = 0;
+  /// --lr-scheduler: cosine (DLE default) | step | linear | constant (train/lr_schedule.h).
+  std::string lr_scheduler = "cosine";
+  /// --lr-decay-epochs: step schedule: epochs at which the lr is multiplied by lr_decay_rate.
+  std::vector<double> lr_decay_epochs{30, 60, 80};
+  /// --lr-decay-rate: step schedule factor (DLE 0.1).
+  double lr_decay_rate = 0.1;
+  /// --bn-weight-decay: apply weight decay to every parameter, BatchNorm gamma/beta and biases
+  /// included (DLE flag; default off: conv and fc weights only).
+  bool bn_weight_decay = false;
   /// --momentum: SGD momentum (DLE 0.875).
   double momentum = 0.875;
   /// --weight-decay: L2 on conv and fc weights only (DLE 3.0517578125e-05 = 1/32768).

@@ -88,6 +88,11 @@ void validate(const TrainConfig& c) {
   refuse("--no-cuda-graphs", !cuda,
          fmt::format("CUDA graphs exist on CUDA GPUs only and --device {} runs on the CPU",
                      c.device));
+  refuse("--lr-decay-epochs", c.lr_scheduler != "step",
+         "it sets the step schedule's decay epochs; add --lr-scheduler step");
+  refuse("--lr-decay-rate", c.lr_scheduler != "step",
+         "it sets the step schedule's decay factor; add --lr-scheduler step");
+  refuse("--warmup-start-lr", c.warmup_epochs <= 0, "there is no warmup (--warmup-epochs 0)");
   refuse("--image-root", synthetic, "--data synthetic reads no images; drop one of the two");
   refuse("--exact-decode", synthetic, "--data synthetic decodes no images");
   refuse("--max-bad-fraction", synthetic, "--data synthetic reads no files");

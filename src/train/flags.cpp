@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <limits>
 #include <set>
+#include <sstream>
 
 #include "core/check.h"
 #include "rn50/backend.h"
@@ -202,10 +203,44 @@ std::vector<FlagSpec> make_table() {
   t.push_back(real("--warmup-epochs", &C::warmup_epochs,
                    "epochs of linear lr warmup before the cosine decay; may be fractional", T,
                    at_least(0.0)));
+  t.push_back(real("--warmup-start-lr", &C::warmup_start_lr,
+                   "lr per 256 images (as --lr) the linear warmup starts from (0: base lr x "
+                   "(step + 1) / warmup steps, DLE PyTorch)",
+                   T, at_least(0.0)));
+  t.push_back(choice("--lr-scheduler", &C::lr_scheduler, {"cosine", "step", "linear", "constant"},
+                     "lr after warmup (DLE PyTorch lr policies)", T));
+  {
+    FlagSpec f = base("--lr-decay-epochs", "FLOAT ...",
+                      "step schedule: epochs at which the lr is multiplied by --lr-decay-rate "
+                      "(space- or comma-separated)",
+                      T);
+    f.get = [](const TrainConfig& c) { return json(c.lr_decay_epochs); };
+    f.set = [n = f.name](TrainConfig& c, const std::vector<std::string>& v) {
+      c.lr_decay_epochs.clear();
+      for (const std::string& s : v) {
+        std::stringstream ss(s);
+        for (std::string e; std::getline(ss, e, ',');)
+          if (!e.empty()) c.lr_decay_epochs.push_back(parse_real(n, e));
+      }
+    };
+    f.check = [n = f.name](const TrainConfig& c) {
+      for (size_t i = 0; i < c.lr_decay_epochs.size(); ++i)
+        RN50_CHECK(c.lr_decay_epochs[i] >= 0 &&
+                       (i == 0 || c.lr_decay_epochs[i] > c.lr_decay_epochs[i - 1]),
+                   "{} {}: epochs must be >= 0 and ascending", n, json(c.lr_decay_epochs).dump());
+    };
+    t.push_back(std::move(f));
+  }
+  t.push_back(real("--lr-decay-rate", &C::lr_decay_rate, "step schedule: lr factor (DLE 0.1)", T,
+                   in_range(0, 1, true)));
   t.push_back(real("--momentum", &C::momentum, "SGD momentum (DLE 0.875)", T,
                    in_range(0, 1, true)));
   t.push_back(real("--weight-decay", &C::weight_decay,
                    "L2 weight decay on conv and fc weights only (DLE 1/32768)", T, at_least(0.0)));
+  t.push_back(switch_("--bn-weight-decay", &C::bn_weight_decay,
+                      "apply --weight-decay to every parameter, BatchNorm gamma/beta and biases "
+                      "too (DLE flag)",
+                      T));
   t.push_back(real("--label-smoothing", &C::label_smoothing,
                    "label smoothing epsilon of the loss (training and validation; DLE 0.1)", B,
                    in_range(0, 1, true)));

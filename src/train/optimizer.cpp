@@ -17,7 +17,7 @@ void SgdOptimizer::step(const Tensor& step_state) {
   SgdParams p;
   p.momentum = opt_.momentum;
   p.weight_decay = opt_.weight_decay;
-  p.decay_count = model_.decay_count();
+  p.decay_count = opt_.decay_all ? model_.num_params() : model_.decay_count();
   p.state = step_state;
   p.mask = mask_;
   p.compute_copy = model_.compute_param_slab();

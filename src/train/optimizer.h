@@ -25,6 +25,8 @@ class SgdOptimizer {
   struct Options {
     float momentum = 0.875f;                 ///< DLE RN50 v1.5
     float weight_decay = 3.0517578125e-05f;  ///< 1/32768 (DLE), on the decayed prefix only
+    /// --bn-weight-decay: decay every parameter (BatchNorm gamma/beta and biases too).
+    bool decay_all = false;
   };
 
   /// Allocates the momentum slab (f32, model.num_params(), zero) on `backend`; it has the

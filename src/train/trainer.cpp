@@ -243,6 +243,11 @@ void Trainer::setup_data() {
   }
   sched_ = LrSchedule::make(cfg_.lr, static_cast<int64_t>(cfg_.batch_size) * cfg_.world_size,
                             cfg_.warmup_epochs, cfg_.epochs, std::max<int64_t>(1, steps_per_epoch_));
+  sched_.policy = cfg_.lr_scheduler;
+  sched_.warmup_start_lr = cfg_.warmup_start_lr * static_cast<double>(cfg_.batch_size) *
+                           cfg_.world_size / 256.0;
+  sched_.decay_epochs = cfg_.lr_decay_epochs;
+  sched_.decay_rate = cfg_.lr_decay_rate;
 }
 
 void Trainer::setup_backend() {
@@ -294,6 +299,7 @@ void Trainer::setup_model() {
   SgdOptimizer::Options oo;
   oo.momentum = static_cast<float>(cfg_.momentum);
   oo.weight_decay = static_cast<float>(cfg_.weight_decay);
+  oo.decay_all = cfg_.bn_weight_decay;
   optimizer_ = std::make_unique<SgdOptimizer>(*backend_, *model_, oo);
   StepOptions so;
   so.label_smoothing = static_cast<float>(cfg_.label_smoothing);
