@@ -158,7 +158,8 @@ struct Pair {
   SampleInfo exact, fast;
   std::vector<uint8_t> a, b;
 };
-Pair both_modes(const std::vector<uint8_t>& file, bool train, int crop, uint64_t seed) {
+Pair both_modes(const std::vector<uint8_t>& file, bool train, int crop, uint64_t seed,
+                const CropRanges& ranges = {}) {
   Pair p;
   p.a.resize(size_t(crop) * crop * 3);
   p.b.resize(p.a.size());
@@ -168,12 +169,31 @@ Pair both_modes(const std::vector<uint8_t>& file, bool train, int crop, uint64_t
   s.crop = crop;
   s.resize_short = crop * 8 / 7;
   s.exact = true;
+  s.ranges = ranges;
   SampleRng r1(seed, 0, 0);
   p.exact = process_sample(file.data(), file.size(), "x.jpg", s, &r1, p.a.data(), scratch);
   s.exact = false;
   SampleRng r2(seed, 0, 0);
   p.fast = process_sample(file.data(), file.size(), "x.jpg", s, &r2, p.b.data(), scratch);
   return p;
+}
+
+// --rand-crop-scale / --rand-crop-ratio reach RandomResizedCrop in both decode modes: a fixed
+// area fraction and ratio give a fixed box size; scale 1 at the image's own ratio, the image.
+TEST(FastSample, CropRangesReachBothModes) {
+  const std::vector<uint8_t> jpg = make_jpeg(400, 300, 5);
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    Pair p = both_modes(jpg, true, 64, seed, {0.25, 0.25, 1.0, 1.0});
+    for (const SampleInfo* i : {&p.exact, &p.fast}) {
+      EXPECT_EQ(i->box.width, 173);  // round(sqrt(0.25 * 400 * 300))
+      EXPECT_EQ(i->box.height, 173);
+    }
+    EXPECT_EQ(p.exact.box, p.fast.box);
+    p = both_modes(jpg, true, 64, seed, {1.0, 1.0, 4.0 / 3.0, 4.0 / 3.0});
+    EXPECT_EQ(p.fast.box.width, 400);
+    EXPECT_EQ(p.fast.box.height, 300);
+    EXPECT_EQ(p.exact.box, p.fast.box);
+  }
 }
 
 TEST(FastSample, SameCropsAndFlipsAsExactModeAndClosePixels) {

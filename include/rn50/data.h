@@ -52,6 +52,10 @@ struct LoaderOptions {
   int batch_size = 256;
   int crop_size = 224;       ///< RandomResizedCrop size (train) / center crop (val)
   int resize_short = 256;    ///< val: shorter side resized to this before the center crop
+  /// train: RandomResizedCrop's area fraction range and aspect-ratio range (torchvision's and
+  /// DLE's defaults).
+  std::array<double, 2> rand_crop_scale{0.08, 1.0};
+  std::array<double, 2> rand_crop_ratio{3.0 / 4.0, 4.0 / 3.0};
   /// Decode threads (a fixed pool); 0 = the CPUs this process may run on (sched_getaffinity)
   /// divided by local_ranks, at least 1.
   int workers = 0;

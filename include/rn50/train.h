@@ -120,6 +120,10 @@ struct TrainConfig {
   int crop_size = 224;
   /// --resize-short: val shorter-side resize before the center crop, pixels (DLE 256).
   int resize_short = 256;
+  /// --rand-crop-scale: RandomResizedCrop area fraction range LO,HI (DLE 0.08,1).
+  std::array<double, 2> rand_crop_scale{0.08, 1.0};
+  /// --rand-crop-ratio: RandomResizedCrop aspect ratio range LO,HI (DLE 3/4,4/3).
+  std::array<double, 2> rand_crop_ratio{3.0 / 4.0, 4.0 / 3.0};
   /// --workers: decode threads; 0 = the cores this process may use divided by the processes
   /// on this machine.
   int workers = 0;

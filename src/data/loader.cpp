@@ -77,6 +77,8 @@ class ImageFolderSource final : public DataSource {
     spec_.crop = opt.crop_size;
     spec_.resize_short = opt.resize_short;
     spec_.exact = opt.exact_decode;
+    spec_.ranges = {opt.rand_crop_scale[0], opt.rand_crop_scale[1], opt.rand_crop_ratio[0],
+                    opt.rand_crop_ratio[1]};
     max_bad_ = static_cast<int64_t>(opt.max_bad_fraction * static_cast<double>(plan_.slots));
 
     const int workers = opt.workers > 0 ? opt.workers : default_loader_workers(opt.local_ranks);

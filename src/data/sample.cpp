@@ -110,7 +110,7 @@ SampleInfo jpeg_fast(const uint8_t* data, size_t size, const std::string& path,
     int n = 8;
     double margin_x = 0, margin_y = 0;
     if (spec.train) {
-      info.box = random_resized_crop_box(h, w, *rng);
+      info.box = random_resized_crop_box(h, w, *rng, spec.ranges);
       info.flip = rng->uniform() < 0.5;
       const CropBox& b = info.box;
       rect = {double(b.left), double(b.top), double(b.left + b.width), double(b.top + b.height)};
@@ -170,7 +170,7 @@ SampleInfo png_reduced(const uint8_t* data, size_t size, const std::string& path
   info.reduce = f;
   SourceRect rect;
   if (spec.train) {
-    info.box = random_resized_crop_box(hdr.height, hdr.width, *rng);
+    info.box = random_resized_crop_box(hdr.height, hdr.width, *rng, spec.ranges);
     info.flip = rng->uniform() < 0.5;
     const CropBox& b = info.box;
     rect = {double(b.left), double(b.top), double(b.left + b.width), double(b.top + b.height)};
@@ -213,7 +213,7 @@ SampleInfo process_sample(const uint8_t* data, size_t size, const std::string& p
   info.width = scratch.image.width;
   info.height = scratch.image.height;
   if (spec.train) {
-    const TrainAugmentation aug = train_transform(scratch.image, spec.crop, *rng, dst);
+    const TrainAugmentation aug = train_transform(scratch.image, spec.crop, *rng, dst, spec.ranges);
     info.box = aug.box;
     info.flip = aug.flip;
   } else {

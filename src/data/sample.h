@@ -32,6 +32,7 @@ struct SampleSpec {
   int crop = 224;          ///< output size (crop x crop)
   int resize_short = 256;  ///< val: shorter side before the center crop
   bool exact = false;      ///< exact (PIL/torchvision-identical) or fast decoding
+  CropRanges ranges;       ///< train: RandomResizedCrop's scale and ratio ranges
 };
 
 /// What process_sample did, for tests and statistics.

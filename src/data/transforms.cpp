@@ -63,9 +63,10 @@ void resized_crop(const Image& img, const CropBox& box, int size, bool flip, uin
   }
 }
 
-TrainAugmentation train_transform(const Image& img, int crop, SampleRng& rng, uint8_t* dst) {
+TrainAugmentation train_transform(const Image& img, int crop, SampleRng& rng, uint8_t* dst,
+                                  const CropRanges& ranges) {
   TrainAugmentation aug;
-  aug.box = random_resized_crop_box(img.height, img.width, rng);
+  aug.box = random_resized_crop_box(img.height, img.width, rng, ranges);
   aug.flip = rng.uniform() < 0.5;
   resized_crop(img, aug.box, crop, aug.flip, dst);
   return aug;

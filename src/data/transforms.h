@@ -38,6 +38,19 @@ CropBox random_resized_crop_box(int height, int width, SampleRng& rng, double sc
                                 double scale_hi = 1.0, double ratio_lo = 3.0 / 4.0,
                                 double ratio_hi = 4.0 / 3.0);
 
+/// RandomResizedCrop's ranges: area fraction [scale_lo, scale_hi] and aspect ratio
+/// [ratio_lo, ratio_hi] (torchvision's defaults; DLE's --rand-crop-scale / --rand-crop-ratio).
+struct CropRanges {
+  double scale_lo = 0.08, scale_hi = 1.0, ratio_lo = 3.0 / 4.0, ratio_hi = 4.0 / 3.0;
+};
+
+/// random_resized_crop_box with `r`'s ranges.
+inline CropBox random_resized_crop_box(int height, int width, SampleRng& rng,
+                                       const CropRanges& r) {
+  return random_resized_crop_box(height, width, rng, r.scale_lo, r.scale_hi, r.ratio_lo,
+                                 r.ratio_hi);
+}
+
 /// torchvision F.resized_crop(img, top, left, h, w, [size, size], BILINEAR) on a PIL image -- a
 /// PIL crop, then Image.resize((size, size), BILINEAR) -- followed by a horizontal flip when
 /// `flip`. Writes size x size x 3 bytes (packed RGB rows) to dst. The crop is a view (no copy);
@@ -50,10 +63,11 @@ struct TrainAugmentation {
   bool flip = false;
 };
 
-/// The train transform: box = random_resized_crop_box(H, W, rng), then flip = rng.uniform() <
+/// The train transform: box = random_resized_crop_box(H, W, rng, ranges), then flip = rng.uniform() <
 /// 0.5 (RandomHorizontalFlip: torch.rand(1) < p), then resized_crop to crop x crop into dst
 /// (crop * crop * 3 bytes, NHWC). Returns the drawn parameters.
-TrainAugmentation train_transform(const Image& img, int crop, SampleRng& rng, uint8_t* dst);
+TrainAugmentation train_transform(const Image& img, int crop, SampleRng& rng, uint8_t* dst,
+                                  const CropRanges& ranges = {});
 
 /// torchvision Resize(short_side) output size (width, height) for a width x height image:
 /// the shorter side becomes short_side, the longer int(short_side * long / short) (truncated).

@@ -95,6 +95,8 @@ void validate(const TrainConfig& c) {
   refuse("--warmup-start-lr", c.warmup_epochs <= 0, "there is no warmup (--warmup-epochs 0)");
   refuse("--image-root", synthetic, "--data synthetic reads no images; drop one of the two");
   refuse("--exact-decode", synthetic, "--data synthetic decodes no images");
+  refuse("--rand-crop-scale", synthetic, "--data synthetic crops no images");
+  refuse("--rand-crop-ratio", synthetic, "--data synthetic crops no images");
   refuse("--max-bad-fraction", synthetic, "--data synthetic reads no files");
   refuse("--synthetic-samples", !synthetic, "it sizes --data synthetic; add --data synthetic");
   refuse("--benchmark-steps", !c.benchmark, "it counts --benchmark steps; add --benchmark");

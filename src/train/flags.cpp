@@ -309,6 +309,34 @@ std::vector<FlagSpec> make_table() {
                       B, at_least<int64_t>(0)));
   t.push_back(integer("--crop-size", &C::crop_size,
                       "train RandomResizedCrop and val center-crop size, pixels", B, at_least(1)));
+  // RandomResizedCrop's ranges: two numbers, "LO,HI" or "LO HI".
+  auto range = [](const char* name, std::array<double, 2> TrainConfig::*m, const char* help,
+                  double max_hi) {
+    FlagSpec f = base(name, "FLOAT ...", help, kTrainCommand);
+    f.get = [m](const TrainConfig& c) { return json((c.*m)); };
+    f.set = [m, n = f.name](TrainConfig& c, const std::vector<std::string>& v) {
+      std::vector<double> x;
+      for (const std::string& s : v) {
+        std::stringstream ss(s);
+        for (std::string e; std::getline(ss, e, ',');)
+          if (!e.empty()) x.push_back(parse_real(n, e));
+      }
+      RN50_CHECK(x.size() == 2, "{}: expected two numbers LO,HI, got {}", n, x.size());
+      c.*m = {x[0], x[1]};
+    };
+    f.check = [m, n = f.name, max_hi](const TrainConfig& c) {
+      const auto& r = c.*m;
+      RN50_CHECK(r[0] > 0 && r[0] <= r[1] && r[1] <= max_hi,
+                 "{} {},{}: need 0 < LO <= HI{}", n, r[0], r[1],
+                 std::isinf(max_hi) ? "" : fmt::format(" <= {}", max_hi));
+    };
+    return f;
+  };
+  t.push_back(range("--rand-crop-scale", &C::rand_crop_scale,
+                    "train RandomResizedCrop: area fraction range LO,HI", 1.0));
+  t.push_back(range("--rand-crop-ratio", &C::rand_crop_ratio,
+                    "train RandomResizedCrop: aspect ratio (w/h) range LO,HI",
+                    std::numeric_limits<double>::infinity()));
   t.push_back(integer("--resize-short", &C::resize_short,
                       "val: shorter side resized to this before the center crop, pixels", B,
                       at_least(1)));

@@ -177,6 +177,8 @@ void Trainer::setup_data() {
   lo.world_size = proc_.world_size;
   lo.local_ranks = proc_.local_size;
   lo.exact_decode = cfg_.exact_decode;
+  lo.rand_crop_scale = cfg_.rand_crop_scale;
+  lo.rand_crop_ratio = cfg_.rand_crop_ratio;
   lo.worker_cpus = cfg_.worker_cpus;
   // Beside the report, else in the checkpoint directory, else in the working directory.
   lo.bad_files_path = !cfg_.report_file.empty()    ? cfg_.report_file + ".bad_files.txt"
