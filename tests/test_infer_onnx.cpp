@@ -9,8 +9,6 @@
 #include <fstream>
 
 #include "core/fileio.h"
-#include "data/decode.h"
-#include "data/transforms.h"
 #include "infer_test_util.h"
 #include "require.h"
 #include "rn50/backend.h"
@@ -26,7 +24,6 @@ using rn50_test::python_has;
 using rn50_test::run_command;
 using rn50_test::sh_quote;
 using rn50_test::TempDir;
-using rn50_test::fs::path;
 
 /// A resnet18 (10 classes) with Kaiming weights and random BN parameters and statistics, folded.
 InferenceModel random_model(int crop) {
@@ -38,40 +35,18 @@ InferenceModel random_model(int crop) {
   return m;
 }
 
-/// The first val image of each of the first `n` imagenette classes, eval-transformed
-/// (resize_short, center crop) and normalised with ImageNet mean/std: f32 NCHW (n, 3, crop, crop).
+/// `n` imagenette train images from across the classes, eval-transformed and normalised as
+/// rn50 export's calibration reads them: f32 NCHW (n, 3, crop, crop).
 Tensor imagenette_batch(int n, int resize_short, int crop) {
-  std::vector<path> files;
-  std::vector<path> classes;
-  for (auto& e : rn50_test::fs::directory_iterator(rn50_test::imagenette_root() / "val"))
-    classes.push_back(e.path());
-  std::sort(classes.begin(), classes.end());
-  for (int c = 0; c < n; ++c) {
-    std::vector<path> f;
-    for (auto& e : rn50_test::fs::directory_iterator(classes.at(static_cast<size_t>(c))))
-      f.push_back(e.path());
-    std::sort(f.begin(), f.end());
-    files.push_back(f.at(0));
-  }
-  Tensor x = Tensor::empty({n, 3, crop, crop}, DType::f32);
-  std::vector<uint8_t> hwc(static_cast<size_t>(crop) * crop * 3);
-  const int64_t plane = int64_t{crop} * crop;
-  for (int i = 0; i < n; ++i) {
-    const Image img = data::decode_image_file(files[static_cast<size_t>(i)].string());
-    data::eval_transform(img, resize_short, crop, hwc.data());
-    float* dst = x.data_as<float>() + i * 3 * plane;
-    for (int64_t p = 0; p < plane; ++p)
-      for (int ch = 0; ch < 3; ++ch)
-        dst[ch * plane + p] = (hwc[static_cast<size_t>(p * 3 + ch)] / 255.f -
-                               kImageNetMean[static_cast<size_t>(ch)]) /
-                              kImageNetStd[static_cast<size_t>(ch)];
-  }
+  Tensor x;
+  for_calibration_batches(rn50_test::imagenette_root().string(), n, resize_short, crop, n,
+                          [&](const Tensor& b) { x = b; });
   return x;
 }
 
 TEST(InferOnnx, OpenCvDnnGivesTheEnginesLogitsOnRealImages) {
   if (!onnx_export_available()) GTEST_SKIP() << "built without ONNX (see the refusal test)";
-  RN50_REQUIRE_OR_SKIP("data", rn50_test::fs::is_directory(rn50_test::imagenette_root() / "val"),
+  RN50_REQUIRE_OR_SKIP("data", rn50_test::fs::is_directory(rn50_test::imagenette_root() / "train"),
                        "imagenette not found");
   RN50_REQUIRE_OR_SKIP("onnx", python_has("onnx, cv2, numpy"),
                        "no python3-onnx / python3-opencv in /usr/bin/python3");

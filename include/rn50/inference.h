@@ -240,9 +240,9 @@ class Calibrator {
 
 /// Calibration images: `count` files of <image_root>/train taken at evenly spaced positions of
 /// the sorted ImageFolder index (every class represented, no randomness), decoded with the eval
-/// transform (resize_short, center crop) and normalised with ImageNet mean/std, handed to
-/// `consume` in f32 NCHW batches of at most `batch` images. Unreadable files are skipped and
-/// counted (returned). Throws rn50::Error naming the folder when it has no images.
+/// transform (resize_short, center crop) and normalised with ImageNet mean/std
+/// (Backend::normalize_u8), handed to `consume` in f32 NCHW batches of at most `batch` images.
+/// Unreadable files are skipped and counted (returned). Throws rn50::Error naming the folder when it has no images.
 int64_t for_calibration_batches(const std::string& image_root, int count, int resize_short,
                                 int crop, int batch,
                                 const std::function<void(const Tensor&)>& consume);

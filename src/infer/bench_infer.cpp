@@ -111,15 +111,11 @@ InferAccuracy measure_accuracy(InferenceEngine& engine, const std::string& image
   Batch b;
   Tensor x;
   const int k = engine.num_classes();
+  auto host = make_backend("onednn");
   while (src->next(b)) {
-    const int64_t n = b.size, plane = int64_t{crop} * crop;
+    const int64_t n = b.size;
     if (!x.defined() || x.n() != n) x = Tensor::empty({n, 3, crop, crop}, DType::f32, Layout::NHWC);
-    const uint8_t* u = b.images.data_as<const uint8_t>();
-    float* f = x.data_as<float>();
-    for (int64_t i = 0; i < n * plane; ++i)
-      for (int c = 0; c < 3; ++c)
-        f[i * 3 + c] = (u[i * 3 + c] / 255.f - kImageNetMean[static_cast<size_t>(c)]) /
-                       kImageNetStd[static_cast<size_t>(c)];
+    host->normalize_u8(b.images.slice0(0, n), kImageNetMean, kImageNetStd, x);
     const Tensor logits = engine.run(x);
     for (int64_t i = 0; i < n; ++i) {
       const float* l = logits.data_as<const float>() + i * k;

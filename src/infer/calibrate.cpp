@@ -11,6 +11,7 @@
 #include "data/decode.h"
 #include "data/transforms.h"
 #include "infer/engine_impl.h"
+#include "rn50/backend.h"
 #include "rn50/data.h"
 #include "rn50/inference.h"
 
@@ -133,37 +134,28 @@ int64_t for_calibration_batches(const std::string& image_root, int count, int re
   const int64_t total = static_cast<int64_t>(index.samples.size());
   RN50_CHECK(total > 0, "'{}': no images to calibrate with", train);
   const int64_t n = std::min<int64_t>(count, total);
-  const int64_t plane = int64_t{crop} * crop;
-  std::vector<uint8_t> hwc(static_cast<size_t>(plane * 3));
+  const int64_t bytes = int64_t{crop} * crop * 3;
+  const int64_t rows = std::min<int64_t>(batch, n);
+  Tensor u8 = Tensor::empty({rows, 3, crop, crop}, DType::u8, Layout::NHWC);
+  auto host = make_backend("onednn");
   int64_t bad = 0, filled = 0;
-  Tensor x = Tensor::empty({std::min<int64_t>(batch, n), 3, crop, crop}, DType::f32);
   auto flush = [&] {
     if (filled == 0) return;
-    if (filled == x.n()) {
-      consume(x);
-    } else {
-      Tensor part = Tensor::empty({filled, 3, crop, crop}, DType::f32);
-      std::copy(x.data_as<float>(), x.data_as<float>() + part.numel(), part.data_as<float>());
-      consume(part);
-    }
+    Tensor x = Tensor::empty({filled, 3, crop, crop}, DType::f32, Layout::NCHW);
+    host->normalize_u8(u8.slice0(0, filled), kImageNetMean, kImageNetStd, x);
+    consume(x);
     filled = 0;
   };
   for (int64_t i = 0; i < n; ++i) {
     const std::string& path = index.samples[static_cast<size_t>(i * total / n)].first;
     try {
       const Image img = data::decode_image_file(path);
-      data::eval_transform(img, resize_short, crop, hwc.data());
+      data::eval_transform(img, resize_short, crop, u8.data_as<uint8_t>() + filled * bytes);
     } catch (const std::exception&) {
       ++bad;
       continue;
     }
-    float* dst = x.data_as<float>() + filled * 3 * plane;
-    for (int64_t p = 0; p < plane; ++p)
-      for (int c = 0; c < 3; ++c)
-        dst[c * plane + p] =
-            (hwc[static_cast<size_t>(p * 3 + c)] / 255.f - kImageNetMean[static_cast<size_t>(c)]) /
-            kImageNetStd[static_cast<size_t>(c)];
-    if (++filled == x.n()) flush();
+    if (++filled == rows) flush();
   }
   flush();
   return bad;
