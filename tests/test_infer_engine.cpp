@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "core/report.h"
+#include "core/stats.h"
 #include "infer_test_util.h"
 #include "rn50/backend.h"
 #include "rn50/error.h"

@@ -313,8 +313,4 @@ std::vector<InferBenchPoint> time_engine(InferenceEngine& engine, const InferBen
                                          const std::string& arch, int classes, std::ostream& out,
                                          ReportWriter* report);
 
-/// The q-th percentile (0-100) of `v`, linear interpolation between closest ranks
-/// (numpy.percentile's default). Throws rn50::Error when v is empty.
-double percentile(std::vector<double> v, double q);
-
 }  // namespace rn50

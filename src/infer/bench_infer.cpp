@@ -13,21 +13,13 @@
 #include "core/check.h"
 #include "core/fileio.h"
 #include "core/report.h"
+#include "core/stats.h"
 #include "rn50/backend.h"
 #include "rn50/data.h"
 #include "rn50/inference.h"
 #include "rn50/model.h"
 
 namespace rn50 {
-
-double percentile(std::vector<double> v, double q) {
-  RN50_CHECK(!v.empty(), "percentile of no samples");
-  std::sort(v.begin(), v.end());
-  const double pos = q / 100.0 * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
 
 std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostream& out) {
   RN50_CHECK(!cfg.batch_sizes.empty(), "--batch-sizes: give at least one");
