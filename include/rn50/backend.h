@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rn50/tensor.h"
@@ -147,6 +148,10 @@ class Backend {
   /// allocated for every process, the CUDA context and library handles included); -1 on host
   /// backends.
   virtual int64_t device_memory_used_bytes() const { return -1; }
+  /// What the backend runs on and with, as (key, value) pairs for benchmark records: oneDNN:
+  /// {"onednn", version}; CUDA: {"gpu", name}, {"gpu_memory_bytes"}, {"driver"}, {"cuda_runtime"},
+  /// {"cudnn"}, {"cublaslt"} (versions as "major.minor.patch"). Never throws.
+  virtual std::vector<std::pair<std::string, std::string>> environment() const { return {}; }
   /// Host memory that copy() moves to and from the device fastest and asynchronously (pinned
   /// memory on CUDA). CPU backends return Tensor::empty.
   virtual Tensor alloc_host(std::vector<int64_t> shape, DType dtype,

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rn50/backend.h"
@@ -87,6 +88,10 @@ std::unique_ptr<Communicator> make_communicator(const std::string& kind, Backend
 /// Communicator kinds compiled into this build: {"single"}, plus "mpi" when built with MPI and
 /// "nccl" when built with CUDA, NCCL and MPI.
 std::vector<std::string> compiled_communicators();
+/// Versions of the communication libraries linked, for benchmark records: {"nccl", "2.28.3"} when
+/// built with NCCL (ncclGetVersion), {"mpi", the first line of MPI_Get_library_version} when
+/// built with MPI. Never throws; MPI's needs no MPI_Init.
+std::vector<std::pair<std::string, std::string>> communicator_libraries();
 
 /// Buckets of gradients for overlapped allreduce (DDP-style). Parameters are given in the order
 /// backward finishes their gradients; consecutive ones fill buckets of at most `bucket_bytes`

@@ -1,6 +1,14 @@
 // rn50: the communicator factory, the "single" communicator and shared helpers.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <cstdlib>
+#ifdef RN50_HAVE_MPI
+#include <mpi.h>
+#endif
+#ifdef RN50_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 #include "core/check.h"
 #include "dist/comm_impl.h"
@@ -84,6 +92,25 @@ std::vector<std::string> compiled_communicators() {
 #endif
 #ifdef RN50_HAVE_NCCL
   v.push_back("nccl");
+#endif
+  return v;
+}
+
+std::vector<std::pair<std::string, std::string>> communicator_libraries() {
+  std::vector<std::pair<std::string, std::string>> v;
+#ifdef RN50_HAVE_NCCL
+  int n = 0;
+  if (ncclGetVersion(&n) == ncclSuccess)  // 10000 * major + 100 * minor + patch (NCCL >= 2.9)
+    v.emplace_back("nccl", fmt::format("{}.{}.{}", n / 10000, (n % 10000) / 100, n % 100));
+#endif
+#ifdef RN50_HAVE_MPI
+  char lib[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  if (MPI_Get_library_version(lib, &len) == MPI_SUCCESS) {
+    std::string s(lib, static_cast<size_t>(len));
+    s = s.substr(0, s.find_first_of("\n,"));
+    v.emplace_back("mpi", s);
+  }
 #endif
   return v;
 }

@@ -239,6 +239,11 @@ void OnednnBackend::zero(Tensor& dst) {
 
 void OnednnBackend::synchronize() { stream_.wait(); }
 
+std::vector<std::pair<std::string, std::string>> OnednnBackend::environment() const {
+  const dnnl_version_t* v = dnnl_version();
+  return {{"onednn", fmt::format("{}.{}.{}", v->major, v->minor, v->patch)}};
+}
+
 }  // namespace onednn
 
 std::unique_ptr<Backend> make_onednn_backend() {

@@ -88,6 +88,8 @@ class OnednnBackend final : public Backend {
   ~OnednnBackend() override;
 
   std::string name() const override { return "onednn"; }
+  /// {"onednn", "major.minor.patch"} of the library linked (dnnl_version()).
+  std::vector<std::pair<std::string, std::string>> environment() const override;
   Device device() const override { return Device{}; }
   /// f32 in NCHW or NHWC for every op; false for any other dtype.
   bool supports(Op op, DType dtype, Layout layout) const override;

@@ -3,6 +3,8 @@
 // upload of the next batch, CUDA graph capture, supports(), and the functions the registry
 // calls (make_cuda_backend, cuda_device_count, cuda_unavailable_reason).
 // The ops live in conv.cpp, linear.cpp and the *.cu kernel files (see cuda_backend.h).
+#include <fmt/format.h>
+
 #include <atomic>
 #include <cstring>
 #include <exception>
@@ -341,6 +343,26 @@ int64_t CudaBackend::device_memory_used_bytes() const {
   if (cudaSetDevice(device_index_) != cudaSuccess || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
     return -1;
   return static_cast<int64_t>(total_b - free_b);
+}
+
+std::vector<std::pair<std::string, std::string>> CudaBackend::environment() const {
+  std::vector<std::pair<std::string, std::string>> e;
+  auto version = [](int v) {  // CUDA's 1000 * major + 10 * minor
+    return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
+  };
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device_index_) == cudaSuccess) {
+    e.emplace_back("gpu", prop.name);
+    e.emplace_back("gpu_memory_bytes", std::to_string(prop.totalGlobalMem));
+  }
+  int v = 0;
+  if (cudaDriverGetVersion(&v) == cudaSuccess) e.emplace_back("driver_cuda_version", version(v));
+  if (cudaRuntimeGetVersion(&v) == cudaSuccess) e.emplace_back("cuda_runtime", version(v));
+  const size_t dnn = cudnnGetVersion();  // 10000 * major + 100 * minor + patch (cuDNN 9)
+  e.emplace_back("cudnn", fmt::format("{}.{}.{}", dnn / 10000, (dnn % 10000) / 100, dnn % 100));
+  const size_t lt = cublasLtGetVersion();  // 10000 * major + 100 * minor + patch
+  e.emplace_back("cublaslt", fmt::format("{}.{}.{}", lt / 10000, (lt % 10000) / 100, lt % 100));
+  return e;
 }
 
 // ---------------------------------------------------------------- input upload

@@ -77,6 +77,8 @@ class CudaBackend final : public Backend {
   void zero(Tensor& dst) override;
   void synchronize() override;
   int64_t device_memory_used_bytes() const override;
+  /// GPU name and memory, driver, CUDA runtime, cuDNN and cuBLASLt versions.
+  std::vector<std::pair<std::string, std::string>> environment() const override;
   void* native_stream() const override { return stream_; }
   Tensor alloc_host(std::vector<int64_t> shape, DType dtype, Layout layout) override;
   void upload_input(const Tensor& src, Tensor& dst) override;
