@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
 #include "core/check.h"
+#include "core/dllogger.h"
 
 namespace rn50 {
 namespace {
@@ -75,6 +77,8 @@ std::vector<ReportRecordType> make_schema() {
   auto& st = step.fields;
   st.push_back(req("epoch", T::integer, "epoch, 0-based"));
   st.push_back(req("step", T::integer, "optimiser steps done, whole run"));
+  st.push_back(req("iteration", T::integer,
+                   "optimiser steps done in this epoch (DLLogger's step [epoch, iteration])"));
   st.push_back(req("train.loss", T::number, "loss of this step"));
   st.push_back(req("train.loss_avg", T::number, "mean loss since the previous step line"));
   st.push_back(req("train.lr", T::number, "learning rate of this step"));
@@ -192,6 +196,43 @@ std::vector<ReportRecordType> make_schema() {
   a.push_back(req("crop_size", T::integer, "center crop, pixels"));
   a.push_back(req("image_root", T::string, "the ImageFolder root"));
   s.push_back(std::move(acc));
+
+  ReportRecordType sweep{"train_sweep",
+                         "by `rn50 bench train`: the whole sweep as one line, the only line of "
+                         "its --report-file (so the file is also one JSON document)",
+                         {},
+                         false};
+  auto& w = sweep.fields;
+  w.push_back(req("version", T::string, "rn50 version"));
+  w.push_back(req("started", T::string, "local start time, ISO 8601"));
+  w.push_back(req("seconds", T::number, "wall seconds of the whole sweep"));
+  w.push_back(req("environment", T::object,
+                  "hostname, os, cpu_model, cpu_cores, cpus_allowed, git_revision; the "
+                  "backend's (onednn version; gpu, gpu_memory_bytes, driver_cuda_version, "
+                  "cuda_runtime, cudnn, cublaslt) and the communication libraries' (nccl, mpi) "
+                  "versions"));
+  w.push_back(req("world_size", T::integer, "processes in the job (mpirun -np N)"));
+  w.push_back(req("communicator", T::string, "gradient communicator: single, mpi, nccl"));
+  w.push_back(req("backend", T::string, "ops backend: ref, onednn, cuda"));
+  w.push_back(req("device", T::string, "rank 0's device, e.g. \"cpu\" or \"cuda:0\""));
+  w.push_back(req("arch", T::string, "model: resnet50, resnet18, ..."));
+  w.push_back(req("num_of_class", T::integer, "classes of the fc layer"));
+  w.push_back(req("crop_size", T::integer, "input height and width, pixels"));
+  w.push_back(req("data_layout", T::string, "NCHW or NHWC"));
+  w.push_back(req("data", T::string, "synthetic, or the ImageFolder root read"));
+  w.push_back(req("steps", T::integer, "measured steps per repeat (--benchmark-steps)"));
+  w.push_back(req("warmup_steps", T::integer,
+                  "untimed steps before each repeat (--benchmark-warmup-steps)"));
+  w.push_back(req("repeats", T::integer, "runs per point (--repeats)"));
+  w.push_back(req(
+      "points", T::list,
+      "one object per (precision, batch_size): precision (fp32, tf32, amp_fp16, amp_bf16), "
+      "batch_size (per process), world_size, ips (images/s of the whole job, one per repeat), "
+      "ips_median, ips_min, ips_max, ips_per_rank_median, step_time_ms {mean, p50, p90, p95, "
+      "p99} over every measured step of every repeat (rank 0), data_wait_share (seconds "
+      "waiting for data / step seconds, 0-1), peak_host_rss_bytes (rank 0, max over repeats; -1: "
+      "unknown), gpu_memory_used_bytes (GPUs only), loss (last step of the last repeat)"));
+  s.push_back(std::move(sweep));
   return s;
 }
 
@@ -208,6 +249,8 @@ bool type_matches(const nlohmann::json& v, const ReportField& f) {
       return v.is_boolean();
     case FieldType::list:
       return v.is_array();
+    case FieldType::object:
+      return v.is_object();
   }
   return false;
 }
@@ -251,6 +294,8 @@ const char* field_type_name(FieldType t) {
       return "boolean";
     case FieldType::list:
       return "list";
+    case FieldType::object:
+      return "object";
   }
   return "?";
 }
@@ -378,8 +423,15 @@ std::string report_schema_markdown(const std::vector<ReportField>& flag_fields) 
   return out;
 }
 
-ReportWriter::ReportWriter(const std::string& path, Mode mode, std::string what)
-    : path_(path), what_(std::move(what)) {
+namespace {
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+ReportWriter::ReportWriter(const std::string& path, Mode mode, std::string what, Format format)
+    : path_(path), what_(std::move(what)), format_(format), start_unix_(unix_now()) {
   if (path.empty()) return;
   std::filesystem::path p(path);
   if (p.has_parent_path()) {
@@ -389,6 +441,18 @@ ReportWriter::ReportWriter(const std::string& path, Mode mode, std::string what)
   }
   f_ = std::fopen(path.c_str(), mode == Mode::append ? "a" : "w");
   RN50_CHECK(f_ != nullptr, "{} '{}': cannot open: {}", what_, path, std::strerror(errno));
+  if (format_ == Format::dllogger) {
+    // The units DLE's scripts declare for the metrics rn50 logs under the same names.
+    const std::pair<const char*, const char*> units[] = {
+        {"train.loss", ""},           {"train.top1", "%"},      {"train.top5", "%"},
+        {"train.lr", ""},             {"train.ips", "images/s"}, {"train.data_time", "s"},
+        {"train.compute_time", "s"},  {"val.loss", ""},         {"val.top1", "%"},
+        {"val.top5", "%"},            {"val.ips", "images/s"},   {"infer.ips", "images/s"},
+        {"infer.latency_avg_ms", "ms"}, {"infer.latency_p90_ms", "ms"},
+        {"infer.latency_p95_ms", "ms"}, {"infer.latency_p99_ms", "ms"}};
+    for (const auto& [metric, unit] : units)
+      put(dllogger_metadata_line(metric, unit, ":.5f", unix_now(), unix_now() - start_unix_));
+  }
 }
 
 ReportWriter::~ReportWriter() {
@@ -397,8 +461,15 @@ ReportWriter::~ReportWriter() {
 
 void ReportWriter::write(const ReportRecord& record) {
   if (!f_) return;
-  std::string s =
-      record.to_json().dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  if (format_ == Format::dllogger) {
+    const double now = unix_now();
+    put(dllogger_log_line(record.to_json(), now, now - start_unix_));
+  } else {
+    put(record.to_json().dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+  }
+}
+
+void ReportWriter::put(std::string s) {
   s.push_back('\n');
   const bool ok = std::fwrite(s.data(), 1, s.size(), f_) == s.size() && std::fflush(f_) == 0;
   RN50_CHECK(ok, "{} '{}': write failed: {}", what_, path_, std::strerror(errno));

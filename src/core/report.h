@@ -28,8 +28,8 @@ namespace rn50 {
 inline constexpr int kReportSchemaVersion = 2;
 
 /// The JSON type of a field's value: integer (a JSON integer), number (any JSON number, or null
-/// for NaN/inf), string, boolean, list (a JSON array).
-enum class FieldType { integer, number, string, boolean, list };
+/// for NaN/inf), string, boolean, list (a JSON array), object (a JSON object).
+enum class FieldType { integer, number, string, boolean, list, object };
 const char* field_type_name(FieldType t);
 
 struct ReportField {
@@ -108,11 +108,14 @@ std::string report_schema_markdown(const std::vector<ReportField>& flag_fields);
 class ReportWriter {
  public:
   enum class Mode { truncate, append };
+  /// rn50: one record JSON per line (report_schema()); dllogger: DLLogger's "DLLL {...}" lines
+  /// (core/dllogger.h), METADATA lines for the main metrics first, then one LOG line per record.
+  enum class Format { rn50, dllogger };
   /// Empty path: every write is a no-op. Otherwise creates `path` (and its parent directories),
   /// truncating it or appending to it; throws rn50::Error naming `what` (the flag, e.g.
   /// "--report-file") and the path when it cannot be opened.
   explicit ReportWriter(const std::string& path, Mode mode = Mode::truncate,
-                        std::string what = "--report-file");
+                        std::string what = "--report-file", Format format = Format::rn50);
   ~ReportWriter();
   ReportWriter(const ReportWriter&) = delete;
   ReportWriter& operator=(const ReportWriter&) = delete;
@@ -122,8 +125,12 @@ class ReportWriter {
   void write(const ReportRecord& record);
 
  private:
+  void put(std::string line);
+
   std::string path_, what_;
   FILE* f_ = nullptr;
+  Format format_ = Format::rn50;
+  double start_unix_ = 0;  ///< wall time the writer opened (DLLogger's elapsedtime origin)
 };
 
 }  // namespace rn50

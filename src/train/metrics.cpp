@@ -30,7 +30,7 @@ void ThroughputMeter::start() {
 void ThroughputMeter::step(int64_t images, double data_s, double compute_s) {
   const auto now = Clock::now();
   if (!started_) {
-    t0_ = now;
+    t0_ = t_last_ = now;
     started_ = true;
   }
   ++steps_;
@@ -40,6 +40,9 @@ void ThroughputMeter::step(int64_t images, double data_s, double compute_s) {
     t0_ = now;  // measurement starts at the end of the last warmup step
   } else {
     images_ += images;
+    step_s_.push_back(seconds_between(t_last_, now));
+    measured_data_s_ += data_s;
+    measured_compute_s_ += compute_s;
   }
   t_last_ = now;
 }

@@ -55,12 +55,20 @@ class ThroughputMeter {
   double mean_compute_time() const {
     return steps_ ? compute_s_ / static_cast<double>(steps_) : 0.0;
   }
+  /// Wall seconds of each measured step, from the end of the step before to the end of this one
+  /// (their sum is measured_seconds()).
+  const std::vector<double>& measured_step_seconds() const { return step_s_; }
+  /// Seconds the measured steps waited for data, and computed (as step()'s data_s, compute_s).
+  double measured_data_seconds() const { return measured_data_s_; }
+  double measured_compute_seconds() const { return measured_compute_s_; }
 
  private:
   int64_t warmup_;
   int64_t steps_ = 0;
   int64_t images_ = 0;
   double data_s_ = 0, compute_s_ = 0;
+  double measured_data_s_ = 0, measured_compute_s_ = 0;
+  std::vector<double> step_s_;
   Clock::time_point t0_{}, t_last_{};
   bool started_ = false;
 };

@@ -19,6 +19,8 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/environment.h"
+#include "core/progress.h"
 #include "core/report.h"
 #include "rn50/backend.h"
 #include "rn50/data.h"
@@ -46,18 +48,12 @@ using json = nlohmann::ordered_json;
 constexpr int64_t kImageNetTrainImages = 1281167;
 constexpr int64_t kImageNetValImages = 50000;
 
-std::string fmt_duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  const auto t = static_cast<long long>(s + 0.5);
-  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t / 60) % 60);
-  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
-  return fmt::format("{}s", t);
-}
-
 // Progress goes to stdout from rank 0 only, or from every rank with --log-all-ranks (each line
 // then prefixed "[rank R] "). Set once by run_train from the launcher's environment.
 bool g_log = true;
 std::string g_prefix;
+/// The step progress line while training (in place on a terminal); out() ends it first.
+ProgressLine* g_progress = nullptr;
 
 /// Warnings and AMP notices to stderr, with the same rank gating as out() (every rank sees the
 /// same configuration, so one copy is enough; data-loader warnings name each rank's own files
@@ -74,6 +70,7 @@ void set_cpu_threads(int n) { omp_set_num_threads(n); }
 template <class... A>
 void out(fmt::format_string<A...> f, A&&... a) {
   if (!g_log) return;
+  if (g_progress) g_progress->finish();
   std::fputs((g_prefix + fmt::format(f, std::forward<A>(a)...)).c_str(), stdout);
   std::fflush(stdout);
 }
@@ -92,12 +89,19 @@ class Trainer {
  public:
   /// Reports are written by rank 0 only.
   Trainer(const TrainConfig& cfg, const ProcessInfo& proc)
-      : cfg_(cfg), proc_(proc), report_(proc.rank == 0 ? cfg.report_file : std::string()) {}
+      : cfg_(cfg),
+        proc_(proc),
+        report_(proc.rank == 0 ? cfg.report_file : std::string(), ReportWriter::Mode::truncate,
+                "--report-file",
+                cfg.report_format == "dllogger" ? ReportWriter::Format::dllogger
+                                                : ReportWriter::Format::rn50) {}
   /// The recorded graphs (in step_) hold references to NCCL's communicator: they go first, then
   /// the bucketer and the communicator (members declared last), then model and backend.
   ~Trainer() { step_.reset(); }
   /// Runs; on an error in a multi-process run, stops every rank (Communicator::abort).
   void run();
+  /// With --benchmark: where run() puts the figures (may be null).
+  void set_benchmark_result(TrainBenchmarkResult* r) { bench_result_ = r; }
 
  private:
   void run_impl();
@@ -153,6 +157,7 @@ class Trainer {
   int64_t global_step_ = 0;
   int resumed_epoch_ = -1;
   std::string resumed_from_;
+  TrainBenchmarkResult* bench_result_ = nullptr;
   // Declared last so that they are destroyed first: pending NCCL reductions and bucket buffers
   // reference the backend (and its stream).
   std::unique_ptr<Communicator> comm_;
@@ -544,6 +549,12 @@ void Trainer::run_training() {
     return;
   }
   const int64_t total_steps = static_cast<int64_t>(cfg_.epochs) * steps_per_epoch_;
+  // Step lines every --print-interval: in place on a terminal, plain lines in a log.
+  ProgressLine progress(stdout, 0);
+  g_progress = &progress;
+  struct Reset {
+    ~Reset() { g_progress = nullptr; }
+  } reset;
   bool first_epoch = true;
   Batch b;
   for (int epoch = start_epoch_; epoch < cfg_.epochs; ++epoch) {
@@ -600,12 +611,17 @@ void Trainer::run_training() {
         const double ips = meter.measured_steps()
                                ? meter.ips() * proc_.world_size
                                : static_cast<double>(interval_n) / el;
-        out("epoch {} ({}/{}) step {}/{} loss {:.4f} lr {:.6g} img/s {:.1f} eta {}\n", epoch,
-            epoch + 1, cfg_.epochs, step_in_epoch, steps_per_epoch_, last, lrs.back(), ips,
-            fmt_duration(eta));
+        if (g_log)
+          progress.show(g_prefix + fmt::format("epoch {} ({}/{}) step {}/{} loss {:.4f} lr {:.6g} "
+                                               "img/s {:.1f} eta {}",
+                                               epoch, epoch + 1, cfg_.epochs, step_in_epoch,
+                                               steps_per_epoch_, last, lrs.back(), ips,
+                                               format_duration(eta)),
+                        /*force=*/true);
         ReportRecord r("step");
         r.set("epoch", epoch);
         r.set("step", global_step_);
+        r.set("iteration", step_in_epoch);
         r.set("train.loss", last);
         r.set("train.loss_avg", interval_n ? interval_sum / static_cast<double>(interval_n) : NAN);
         r.set("train.lr", lrs.back());
@@ -802,6 +818,24 @@ void Trainer::run_benchmark() {
   }
   set_loss_scale(rec);
   report_.write(rec);
+  if (bench_result_) {
+    TrainBenchmarkResult& r = *bench_result_;
+    r.ips = job_ips;
+    r.ips_per_rank = meter.ips();
+    r.world_size = proc_.world_size;
+    r.step_seconds = meter.measured_step_seconds();
+    r.data_seconds = meter.measured_data_seconds();
+    r.compute_seconds = meter.measured_compute_seconds();
+    r.images = meter.measured_images();
+    r.gpu_memory_used_bytes = mem;
+    r.backend = backend_->name();
+    r.device = device_.name;
+    r.precision = rec.to_json()["precision"].get<std::string>();
+    r.communicator = comm_->name();
+    r.last_loss = last_loss;
+    r.environment = backend_->environment();
+    for (auto& kv : communicator_libraries()) r.environment.push_back(kv);
+  }
 }
 
 }  // namespace
@@ -823,6 +857,29 @@ int run_train(const TrainConfig& config) {
     std::cerr << "error: " << error_text(e) << "\n";
   }
   return 1;
+}
+
+TrainBenchmarkResult benchmark_train(TrainConfig cfg, bool verbose) {
+  cfg.benchmark = true;
+  const ProcessInfo proc = ProcessInfo::from_environment();
+  cfg.world_size = proc.world_size;
+  const bool log = g_log;
+  g_log = verbose && proc.rank == 0;
+  g_prefix.clear();
+  TrainBenchmarkResult r;
+  try {
+    validate(cfg);
+    reset_peak_rss();
+    Trainer t(cfg, proc);
+    t.set_benchmark_result(&r);
+    t.run();
+    r.peak_host_rss_bytes = peak_rss_bytes();
+  } catch (...) {
+    g_log = log;
+    throw;
+  }
+  g_log = log;
+  return r;
 }
 
 int run_eval(TrainConfig cfg) {
