@@ -13,12 +13,15 @@
 # ONNX: rn50 export writes model.onnx through libonnx-dev's protobuf classes and checker
 # (libprotobuf-dev for the headers); python3-onnx and python3-opencv are what the tests (and a
 # user) load the exported model with: onnx.checker and OpenCV DNN.
+#
+# Plots: rn50 report --plot draws with tools/plot_report.py through python3-matplotlib.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config
       libdnnl-dev ocl-icd-opencl-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
       nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
       libopenmpi-dev openmpi-bin libonnx-dev libprotobuf-dev
-      python3-torch python3-torchvision python3-numpy python3-pil python3-onnx python3-opencv)
+      python3-torch python3-torchvision python3-numpy python3-pil python3-onnx python3-opencv
+      python3-matplotlib)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -6,7 +6,8 @@
 // run always means the parity, data and multi-process tests really ran.
 // Kinds: data (../shared/data/imagenette, ../shared/peers), torch (/usr/bin/python3 with torch,
 // torchvision, PIL and numpy), mpi (mpirun found at configure time), onnx (/usr/bin/python3 with
-// onnx and cv2: Debian python3-onnx, python3-opencv), gpu (a usable CUDA device).
+// onnx and cv2: Debian python3-onnx, python3-opencv), plot (/usr/bin/python3 with matplotlib:
+// Debian python3-matplotlib), gpu (a usable CUDA device).
 #pragma once
 
 #include <gtest/gtest.h>

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/dllogger.h"
 #include "core/report.h"
 #include "require.h"
 #include "rn50/error.h"
@@ -28,7 +29,7 @@ TEST(ReportRecord, RefusesUndeclaredFieldsAndWrongTypes) {
   EXPECT_THROW(r.set("epoch", 1.5), Error);          // integer field
   EXPECT_THROW(r.set("train.lr", "0.1"), Error);     // number field
   EXPECT_THROW(r.set_flags(json::object()), Error);  // step lines carry no flags
-  r.set("epoch", 0).set("step", 3).set("train.loss", 2.5).set("train.lr", 0.1);
+  r.set("epoch", 0).set("step", 3).set("iteration", 3).set("train.loss", 2.5).set("train.lr", 0.1);
   r.set("train.loss_avg", std::nan(""));  // NaN -> null
   try {
     (void)r.to_json();
@@ -175,6 +176,35 @@ TEST(ReportSchema, EveryLineRealRunsWriteConforms) {
                              &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(check_file(tmp.path / "loader.jsonl").count("loader"), 1u);
+
+  // --report-format dllogger: every line is DLLogger's (METADATA, then LOG with the steps DLE
+  // uses); the records rebuilt from the LOG lines conform to the schema; rn50 report reads it.
+  const fs::path dl = tmp.path / "train.dlll";
+  ASSERT_EQ(run_command(cli + " train --image-root " + data +
+                            " --epochs 1 --warmup-epochs 0 --batch-size 4 --print-interval 1 "
+                            "--save-interval 0 --report-format dllogger --report-file " +
+                            sh_quote(dl.string()) + tiny,
+                        &out),
+            0)
+      << out;
+  const std::vector<ReportField> flags = config_flag_fields();
+  std::multiset<std::string> steps;
+  std::ifstream f(dl);
+  for (std::string line; std::getline(f, line);) {
+    ASSERT_EQ(line.rfind("DLLL {", 0), 0u) << line;
+    const nlohmann::json d = parse_dllogger_line(line);
+    if (d["type"] == "METADATA") continue;
+    const nlohmann::json rec = dllogger_to_record(d);
+    ASSERT_FALSE(rec.is_null()) << line;
+    for (const std::string& p : check_report_line(rec, &flags)) ADD_FAILURE() << p << "\n" << line;
+    steps.insert(d["step"].is_string() ? d["step"].get<std::string>()
+                                       : std::to_string(d["step"].size()));
+  }
+  EXPECT_EQ(steps.count("PARAMETER"), 1u);  // config
+  EXPECT_GE(steps.count("2"), 2u);           // [epoch, iteration] step lines
+  EXPECT_EQ(steps.count("1"), 1u);           // [epoch] epoch line
+  ASSERT_EQ(run_command(cli + " report --format csv " + sh_quote(dl.string()), &out), 0) << out;
+  EXPECT_NE(out.find("# Training curve"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -19,9 +19,11 @@
 #include <vector>
 
 #include "core/check.h"
+#include "rn50/bench.h"
 #include "rn50/data.h"
 #include "rn50/infer.h"
 #include "rn50/inference.h"
+#include "rn50/report.h"
 #include "rn50/train.h"
 #include "train/checkpoint.h"
 #include "train/flags.h"
@@ -85,6 +87,9 @@ struct DataCommands {
   std::string lb_split = "train";
   CLI::App* bench_infer = nullptr;
   rn50::InferBenchConfig ib;
+  CLI::App* bench_train = nullptr;
+  rn50::TrainSweepConfig ts;
+  std::string ts_data = "synthetic", ts_layout = "NHWC";
 };
 
 void add_data_commands(CLI::App& app, DataCommands& d) {
@@ -126,6 +131,45 @@ void add_data_commands(CLI::App& app, DataCommands& d) {
                              "untimed batches first (default 2)");
   d.bench_loader->add_option("--report-file", d.lb.report_file,
                              "append the JSON result line to this file");
+
+  d.bench_train = d.bench->add_subcommand(
+      "train", "training throughput sweep, DLPerf's method: every (precision, batch size) run "
+               "--repeats times as rn50 train --benchmark; median/min/max images/s, step-time "
+               "percentiles, data-wait share, peak memory and the environment, into one JSON "
+               "(rn50 report reads it). Under mpirun -np N every rank runs it (bench/scaling.sh)");
+  rn50::TrainSweepConfig& ts = d.ts;
+  ts.base.benchmark_steps = 20;
+  ts.base.benchmark_warmup_steps = 5;
+  ts.report_file = "bench_train.json";
+  d.bench_train->add_option("--batch-sizes", ts.batch_sizes, "batch sizes per process (256)")
+      ->delimiter(',');
+  d.bench_train->add_option("--precisions", ts.precisions,
+                            "fp32, tf32, amp-fp16, amp-bf16 (default: every one the device's "
+                            "backend trains in; the CPU: fp32)")
+      ->delimiter(',');
+  d.bench_train->add_option("--repeats", ts.repeats, "runs per point (5)");
+  d.bench_train->add_option("--data", d.ts_data, "synthetic (default), or an ImageFolder root "
+                            "whose train/ images are decoded and augmented as in training");
+  d.bench_train->add_option("--benchmark-steps", ts.base.benchmark_steps,
+                            "measured steps per run (20)");
+  d.bench_train->add_option("--benchmark-warmup-steps", ts.base.benchmark_warmup_steps,
+                            "untimed steps before each run (5)");
+  d.bench_train->add_option("--arch", ts.base.arch, "architecture (resnet50)");
+  d.bench_train->add_option("--num-of-class", ts.base.num_classes,
+                            "classes (0: 1000 for synthetic data, else the class folders)");
+  d.bench_train->add_option("--crop-size", ts.base.crop_size, "input size, pixels (224)");
+  d.bench_train->add_option("--data-layout", d.ts_layout, "NHWC (default) or NCHW");
+  d.bench_train->add_option("--device", ts.base.device, "auto | cpu | cuda[:N] (auto)");
+  d.bench_train->add_option("--workers", ts.base.workers,
+                            "decode threads with image data; 0 = this process's share (0)");
+  d.bench_train->add_flag("--exact-decode", ts.base.exact_decode,
+                          "with image data: PIL-exact whole-image decoding");
+  d.bench_train->add_option("--dist-backend", ts.base.dist_backend,
+                            "auto | single | mpi | nccl (auto)");
+  d.bench_train->add_option("--seed", ts.base.seed, "seed of weights and data (0)");
+  d.bench_train->add_option("--report-file", ts.report_file,
+                            "the sweep JSON to write (bench_train.json)");
+  d.bench_train->add_flag("--verbose", ts.verbose, "print every run's progress lines too");
 
   d.bench_infer = d.bench->add_subcommand(
       "infer", "inference throughput and latency (avg, p50, p90, p95, p99) per batch size, with "
@@ -273,12 +317,31 @@ int main(int argc, char** argv) {
   exp->add_option("--resize-short", ec.resize_short, "recorded eval resize, pixels (256)");
   exp->add_option("--crop-size", ec.crop_size, "recorded eval crop, pixels (224)");
 
+  std::vector<std::string> report_files;
+  std::string report_format = "md", report_plot, report_output;
+  bool report_reference = false;
+  CLI::App* report = app.add_subcommand(
+      "report", "tables from result files: throughput (median, spread), speedup over one device "
+                "and scaling efficiency, precision speedup, time to train 90 ImageNet epochs, "
+                "training curves, inference latency; plots with --plot");
+  report->add_option("results", report_files,
+                     "rn50 bench train sweeps, --report-file files (rn50 or DLLogger format), "
+                     "rn50 bench infer lines")
+      ->required();
+  report->add_option("--format", report_format, "md (default), csv or json");
+  report->add_option("--plot", report_plot,
+                     "write PNG and SVG plots into this folder (python3 with matplotlib)");
+  report->add_flag("--reference", report_reference,
+                   "add DLE's published ResNet-50 v1.5 training rows (DGX A100 / V100), "
+                   "labelled with their hardware");
+  report->add_option("--output", report_output, "write the tables to this file (default stdout)");
+
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd != "train" && cmd != "eval" && cmd != "predict" && cmd != "check-data" &&
-        cmd != "bench" && cmd != "export") {
+        cmd != "bench" && cmd != "export" && cmd != "report") {
       std::cerr << "error: unknown command '" << cmd << "' (expected train, eval, predict, "
-                << "export, check-data or bench; see " << argv[0] << " --help)\n";
+                << "export, check-data, bench or report; see " << argv[0] << " --help)\n";
       return 2;
     }
   }
@@ -314,6 +377,36 @@ int main(int argc, char** argv) {
     }
     if (*data_cmds.check) return run_check_data(data_cmds);
     if (*data_cmds.bench_loader) return run_bench_loader(data_cmds);
+    if (*data_cmds.bench_train) {
+      rn50::TrainSweepConfig& ts = data_cmds.ts;
+      if (data_cmds.ts_data == "synthetic") {
+        ts.base.data = rn50::DataKind::synthetic;
+      } else {
+        ts.base.data = rn50::DataKind::imagefolder;
+        ts.base.image_root = data_cmds.ts_data;
+      }
+      RN50_CHECK(data_cmds.ts_layout == "NHWC" || data_cmds.ts_layout == "NCHW",
+                 "--data-layout '{}': expected NHWC or NCHW", data_cmds.ts_layout);
+      ts.base.data_layout = data_cmds.ts_layout == "NHWC" ? rn50::Layout::NHWC : rn50::Layout::NCHW;
+      rn50::run_train_sweep(ts, std::cout);
+      return 0;
+    }
+    if (*report) {
+      const rn50::ReportInputs in = rn50::load_report_inputs(report_files);
+      const std::vector<rn50::ReportTable> tables = rn50::build_report(in, report_reference);
+      const std::string text = rn50::render_report(tables, report_format);
+      if (report_output.empty()) {
+        std::cout << text;
+      } else {
+        std::ofstream f(report_output);
+        f << text;
+        RN50_CHECK(f.good(), "--output '{}': cannot write", report_output);
+      }
+      if (!report_plot.empty())
+        for (const std::string& p : rn50::write_report_plots(tables, report_plot))
+          std::cerr << "report: wrote " << p << "\n";
+      return 0;
+    }
     if (*data_cmds.bench_infer) {
       rn50::bench_infer(data_cmds.ib, std::cout);
       return 0;

@@ -111,6 +111,8 @@ void validate(const TrainConfig& c) {
   refuse("--inference-dir", c.benchmark || !training,
          "only a training run writes an inference model at its end; use rn50 export on a "
          "checkpoint");
+  refuse("--report-format", c.report_file.empty(),
+         "it sets the format of --report-file; add --report-file FILE");
   refuse("--last-epoch-of-checkpoint", c.from_checkpoint.empty(),
          "it picks the epoch folder of --from-checkpoint; add --from-checkpoint");
   refuse("--zero-init-residual", !c.from_checkpoint.empty() || !c.from_pretrained_params.empty(),

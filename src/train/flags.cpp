@@ -383,6 +383,10 @@ std::vector<FlagSpec> make_table() {
   t.push_back(text("--report-file", &C::report_file,
                    "JSON-lines report (config, step, epoch, eval, benchmark lines); empty = none",
                    B));
+  t.push_back(choice("--report-format", &C::report_format, {"rn50", "dllogger"},
+                     "format of --report-file: rn50's JSON lines (docs/report-schema.md) or "
+                     "DLLogger's \"DLLL {...}\" lines as DLE's scripts write and parse",
+                     B));
   t.push_back(text("--from-checkpoint", &C::from_checkpoint,
                    "resume from <checkpoint-dir>/<arch> (epoch folders) or one epoch folder", B));
   t.push_back(text("--last-epoch-of-checkpoint", &C::last_epoch_of_checkpoint,

@@ -1,0 +1,195 @@
+// rn50 report: reading sweeps, training reports (rn50 or DLLogger lines) and inference
+// benchmark lines into ReportInputs (include/rn50/report.h).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
+
+#include "core/check.h"
+#include "core/dllogger.h"
+#include "core/stats.h"
+#include "rn50/report.h"
+
+namespace rn50 {
+namespace {
+
+using json = nlohmann::json;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+/// A number field, NaN when absent or null.
+double num(const json& r, const char* key) {
+  if (!r.contains(key) || !r[key].is_number()) return kNaN;
+  return r[key].get<double>();
+}
+
+/// A required field, or an error naming the file, line and field.
+const json& need(const json& r, const char* key, const std::string& where) {
+  RN50_CHECK(r.contains(key) && !r[key].is_null(), "{}: the {} record has no '{}'", where,
+             r.value("type", "?"), key);
+  return r[key];
+}
+
+std::string hardware_of(const json& env, const std::string& device) {
+  if (env.contains("gpu") && env["gpu"].is_string()) return env["gpu"];
+  if (env.contains("cpu_model") && env["cpu_model"].is_string()) return env["cpu_model"];
+  return device;
+}
+
+ThroughputPoint point_from(const std::string& source, const std::string& hardware,
+                           const std::string& arch, const std::string& precision, int batch,
+                           int devices, std::vector<double> ips) {
+  ThroughputPoint p;
+  p.source = source;
+  p.hardware = hardware;
+  p.arch = arch;
+  p.precision = precision;
+  p.batch_size = batch;
+  p.devices = devices;
+  const SampleSummary s = summarize(ips);
+  p.ips = std::move(ips);
+  p.median = s.median;
+  p.min = s.min;
+  p.max = s.max;
+  return p;
+}
+
+/// Per-file state: the curve being built (epochs in file order; a resumed run's later epochs
+/// replace earlier ones with the same number).
+struct FileState {
+  std::map<int, CurveRow> epochs;
+};
+
+void add_record(const json& r, const std::string& file, const std::string& where, ReportInputs& in,
+                FileState& st) {
+  const std::string type = r.value("type", "");
+  if (type == "train_sweep") {
+    const json& env = r.contains("environment") ? r["environment"] : json::object();
+    const std::string hw = hardware_of(env, r.value("device", "?"));
+    const std::string arch = need(r, "arch", where);
+    for (const json& p : need(r, "points", where)) {
+      std::vector<double> ips = need(p, "ips", where).get<std::vector<double>>();
+      RN50_CHECK(!ips.empty(), "{}: a sweep point has no runs", where);
+      in.throughput.push_back(point_from(file, hw, arch, need(p, "precision", where),
+                                         need(p, "batch_size", where), need(p, "world_size", where),
+                                         std::move(ips)));
+    }
+  } else if (type == "benchmark") {
+    in.throughput.push_back(point_from(file, need(r, "device", where), need(r, "arch", where),
+                                       need(r, "precision", where), need(r, "batch_size", where),
+                                       need(r, "world_size", where),
+                                       {need(r, "train.ips", where).get<double>()}));
+  } else if (type == "epoch") {
+    CurveRow c;
+    c.epoch = need(r, "epoch", where);
+    c.loss = num(r, "train.loss");
+    c.top1 = num(r, "train.top1");
+    c.top5 = num(r, "train.top5");
+    c.lr = num(r, "train.lr");
+    c.ips = num(r, "train.ips");
+    c.val_loss = num(r, "val.loss");
+    c.val_top1 = num(r, "val.top1");
+    c.val_top5 = num(r, "val.top5");
+    st.epochs[c.epoch] = c;
+  } else if (type == "infer_benchmark") {
+    LatencyRow l;
+    l.source = file;
+    l.arch = need(r, "arch", where);
+    l.precision = need(r, "precision", where);
+    l.device = need(r, "device", where);
+    l.batch_size = need(r, "batch_size", where);
+    l.ips = num(r, "infer.ips");
+    l.avg_ms = num(r, "infer.latency_avg_ms");
+    l.p50_ms = num(r, "infer.latency_p50_ms");
+    l.p90_ms = num(r, "infer.latency_p90_ms");
+    l.p95_ms = num(r, "infer.latency_p95_ms");
+    l.p99_ms = num(r, "infer.latency_p99_ms");
+    in.latency.push_back(l);
+  }
+  // config, step, eval, loader, infer_accuracy: nothing the tables use.
+}
+
+/// An epoch line of DLE's own PyTorch logs (step [epoch], no rn50.record): the keys it shares.
+bool add_dle_epoch(const json& dlll, FileState& st) {
+  if (dlll.value("type", "") != "LOG" || !dlll.contains("step") || !dlll["step"].is_array() ||
+      dlll["step"].size() != 1 || !dlll["step"][0].is_number_integer())
+    return false;
+  const json& d = dlll["data"];
+  if (!d.is_object() || !(d.contains("train.loss") || d.contains("val.top1"))) return false;
+  CurveRow c;
+  c.epoch = dlll["step"][0];
+  c.loss = num(d, "train.loss");
+  c.top1 = num(d, "train.top1");
+  c.top5 = num(d, "train.top5");
+  c.lr = num(d, "train.lr");
+  c.ips = d.contains("train.total_ips") ? num(d, "train.total_ips") : num(d, "train.ips");
+  c.val_loss = num(d, "val.loss");
+  c.val_top1 = num(d, "val.top1");
+  c.val_top5 = num(d, "val.top5");
+  st.epochs[c.epoch] = c;
+  return true;
+}
+
+}  // namespace
+
+ReportInputs load_report_inputs(const std::vector<std::string>& files) {
+  RN50_CHECK(!files.empty(),
+             "rn50 report: give at least one result file (a rn50 bench train "
+             "sweep, a --report-file, or rn50 bench infer lines)");
+  ReportInputs in;
+  for (const std::string& file : files) {
+    std::ifstream f(file);
+    RN50_CHECK(f.good(), "'{}': cannot open", file);
+    const size_t before = in.throughput.size() + in.curves.size() + in.latency.size();
+    FileState st;
+    int lineno = 0;
+    for (std::string line; std::getline(f, line);) {
+      ++lineno;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const std::string where = fmt::format("'{}' line {}", file, lineno);
+      json r;
+      if (line.rfind("DLLL ", 0) == 0) {
+        json d;
+        try {
+          d = parse_dllogger_line(line);
+        } catch (const Error& e) {
+          RN50_FAIL("{}: {}", where, e.what());
+        }
+        r = dllogger_to_record(d);
+        if (r.is_null()) {
+          add_dle_epoch(d, st);
+          continue;
+        }
+      } else {
+        try {
+          r = json::parse(line);
+        } catch (const json::exception&) {
+          RN50_FAIL("{}: not JSON (expected an rn50 report, a bench sweep or DLLogger lines)",
+                    where);
+        }
+        RN50_CHECK(r.is_object() && r.contains("type"),
+                   "{}: not an rn50 record (a JSON object with \"type\")", where);
+      }
+      try {
+        add_record(r, file, where, in, st);
+      } catch (const json::exception& e) {
+        RN50_FAIL("{}: a field has the wrong type ({})", where, e.what());
+      }
+    }
+    RN50_CHECK(!f.bad(), "'{}': read error", file);
+    if (!st.epochs.empty()) {
+      TrainingCurve c;
+      c.source = file;
+      for (auto& [e, row] : st.epochs) c.epochs.push_back(row);
+      in.curves.push_back(std::move(c));
+    }
+    RN50_CHECK(in.throughput.size() + in.curves.size() + in.latency.size() > before,
+               "'{}': nothing to report (no train_sweep, benchmark, epoch or infer_benchmark "
+               "records)",
+               file);
+  }
+  return in;
+}
+
+}  // namespace rn50

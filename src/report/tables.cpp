@@ -1,0 +1,263 @@
+// rn50 report: the tables (include/rn50/report.h) and their Markdown / CSV / JSON text.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "core/check.h"
+#include "core/stats.h"
+#include "rn50/report.h"
+
+namespace rn50 {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+/// A finite number, or null.
+ojson numv(double v) { return std::isfinite(v) ? ojson(v) : ojson(nullptr); }
+
+/// Where a point belongs: hardware, arch, precision, batch (devices apart).
+using Config = std::tuple<std::string, std::string, std::string, int>;
+Config config_of(const ThroughputPoint& p) {
+  return {p.hardware, p.arch, p.precision, p.batch_size};
+}
+
+/// Points of the same configuration and device count (several files, or a sweep run again)
+/// merged: their runs pooled, the summary recomputed.
+std::map<Config, std::map<int, ThroughputPoint>> merged(const std::vector<ThroughputPoint>& pts) {
+  std::map<Config, std::map<int, ThroughputPoint>> m;
+  for (const ThroughputPoint& p : pts) {
+    auto& slot = m[config_of(p)];
+    auto it = slot.find(p.devices);
+    if (it == slot.end()) {
+      slot.emplace(p.devices, p);
+      continue;
+    }
+    ThroughputPoint& q = it->second;
+    q.ips.insert(q.ips.end(), p.ips.begin(), p.ips.end());
+    if (q.source.find(p.source) == std::string::npos) q.source += ", " + p.source;
+    const SampleSummary s = summarize(q.ips);
+    q.median = s.median;
+    q.min = s.min;
+    q.max = s.max;
+  }
+  return m;
+}
+
+std::string cell(const ojson& v, int digits) {
+  if (v.is_null()) return "-";
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+  if (v.is_number()) return fmt::format("{:.{}f}", v.get<double>(), digits);
+  return v.dump();
+}
+
+std::string csv_quote(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"') o += '"';
+    o += c;
+  }
+  return o + "\"";
+}
+
+}  // namespace
+
+ReportTable throughput_table(const std::vector<ThroughputPoint>& points) {
+  ReportTable t;
+  t.name = "throughput";
+  t.title = "Training throughput (images/s of the whole job; median of the runs)";
+  t.columns = {"hardware",     "arch", "precision", "batch/device", "devices",
+               "img/s median", "min",  "max",       "runs",         "spread %"};
+  t.digits = {0, 0, 0, 0, 0, 1, 1, 1, 0, 1};
+  for (const auto& [cfg, by_dev] : merged(points))
+    for (const auto& [d, p] : by_dev)
+      t.rows.push_back({p.hardware, p.arch, p.precision, p.batch_size, d, numv(p.median),
+                        numv(p.min), numv(p.max), static_cast<int>(p.ips.size()),
+                        numv(p.median > 0 ? 100 * (p.max - p.min) / p.median : NAN)});
+  t.note = "spread = (max - min) / median of the runs; warmup steps excluded from every run.";
+  return t;
+}
+
+ReportTable scaling_table(const std::vector<ThroughputPoint>& points) {
+  ReportTable t;
+  t.name = "scaling";
+  t.title = "Scaling: speedup over 1 device and efficiency (speedup / devices)";
+  t.columns = {"hardware", "arch",  "precision", "batch/device",
+               "devices",  "img/s", "speedup",   "efficiency %"};
+  t.digits = {0, 0, 0, 0, 0, 1, 2, 1};
+  for (const auto& [cfg, by_dev] : merged(points)) {
+    if (by_dev.size() == 1 && by_dev.count(1)) continue;  // one device only: nothing to scale
+    const auto one = by_dev.find(1);
+    RN50_CHECK(one != by_dev.end(),
+               "no 1-device result for {} {} batch {} on {} (have {} devices): speedup and "
+               "efficiency need the 1-device median; run the same sweep with one process too "
+               "(bench/scaling.sh runs 1, 2, ... processes)",
+               std::get<1>(cfg), std::get<2>(cfg), std::get<3>(cfg), std::get<0>(cfg),
+               by_dev.begin()->first);
+    const double base = one->second.median;
+    for (const auto& [d, p] : by_dev) {
+      const double speedup = base > 0 ? p.median / base : NAN;
+      t.rows.push_back({p.hardware, p.arch, p.precision, p.batch_size, d, numv(p.median),
+                        numv(speedup), numv(100 * speedup / d)});
+    }
+  }
+  t.note = "ideal: speedup = devices, efficiency 100%.";
+  return t;
+}
+
+ReportTable precision_speedup_table(const std::vector<ThroughputPoint>& points) {
+  ReportTable t;
+  t.name = "precision_speedup";
+  t.title = "Precision speedup (median img/s over fp32 / tf32 at the same batch and devices)";
+  t.columns = {"hardware",  "arch",  "batch/device", "devices",
+               "precision", "img/s", "over fp32",    "over tf32"};
+  t.digits = {0, 0, 0, 0, 0, 1, 2, 2};
+  // (hardware, arch, batch, devices) -> precision -> median
+  std::map<std::tuple<std::string, std::string, int, int>, std::map<std::string, double>> m;
+  for (const auto& [cfg, by_dev] : merged(points))
+    for (const auto& [d, p] : by_dev)
+      m[{p.hardware, p.arch, p.batch_size, d}][p.precision] = p.median;
+  for (const auto& [k, by_prec] : m) {
+    const auto fp32 = by_prec.find("fp32"), tf32 = by_prec.find("tf32");
+    if (fp32 == by_prec.end() && tf32 == by_prec.end()) continue;
+    for (const auto& [prec, v] : by_prec) {
+      if (prec == "fp32") continue;
+      const double over32 = fp32 != by_prec.end() && fp32->second > 0 ? v / fp32->second : NAN;
+      const double over_tf =
+          tf32 != by_prec.end() && prec != "tf32" && tf32->second > 0 ? v / tf32->second : NAN;
+      if (!std::isfinite(over32) && !std::isfinite(over_tf)) continue;
+      t.rows.push_back({std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k), prec,
+                        numv(v), numv(over32), numv(over_tf)});
+    }
+  }
+  return t;
+}
+
+ReportTable time_to_train_table(const std::vector<ThroughputPoint>& points, int epochs) {
+  ReportTable t;
+  t.name = "time_to_train";
+  t.title = fmt::format("Time to train {} epochs of ImageNet-1k ({} images) at the measured speed",
+                        epochs, kImageNet1kTrainImages);
+  t.columns = {"hardware", "arch", "precision", "batch/device", "devices", "img/s", "hours"};
+  t.digits = {0, 0, 0, 0, 0, 1, 1};
+  for (const auto& [cfg, by_dev] : merged(points))
+    for (const auto& [d, p] : by_dev)
+      t.rows.push_back(
+          {p.hardware, p.arch, p.precision, p.batch_size, d, numv(p.median),
+           numv(p.median > 0 ? static_cast<double>(epochs) *
+                                   static_cast<double>(kImageNet1kTrainImages) / p.median / 3600
+                             : NAN)});
+  t.note = "training steps only: evaluation and checkpoints not included.";
+  return t;
+}
+
+ReportTable curve_table(const TrainingCurve& curve) {
+  ReportTable t;
+  t.name = "training_curve";
+  t.title = fmt::format("Training curve: {}", curve.source);
+  t.columns = {"epoch", "train loss", "train top1 %", "train top5 %", "lr",
+               "img/s", "val loss",   "val top1 %",   "val top5 %"};
+  t.digits = {0, 4, 2, 2, 5, 1, 4, 2, 2};
+  for (const CurveRow& r : curve.epochs)
+    t.rows.push_back({r.epoch, numv(r.loss), numv(r.top1), numv(r.top5), numv(r.lr), numv(r.ips),
+                      numv(r.val_loss), numv(r.val_top1), numv(r.val_top5)});
+  return t;
+}
+
+ReportTable latency_table(const std::vector<LatencyRow>& rows) {
+  ReportTable t;
+  t.name = "latency";
+  t.title = "Inference throughput and latency per batch size";
+  t.columns = {"source", "arch",   "precision", "device", "batch", "img/s",
+               "avg ms", "p50 ms", "p90 ms",    "p95 ms", "p99 ms"};
+  t.digits = {0, 0, 0, 0, 0, 1, 2, 2, 2, 2, 2};
+  for (const LatencyRow& r : rows)
+    t.rows.push_back({r.source, r.arch, r.precision, r.device, r.batch_size, numv(r.ips),
+                      numv(r.avg_ms), numv(r.p50_ms), numv(r.p90_ms), numv(r.p95_ms),
+                      numv(r.p99_ms)});
+  return t;
+}
+
+std::vector<ReportTable> build_report(const ReportInputs& in, bool with_reference) {
+  std::vector<ReportTable> v;
+  auto add = [&v](ReportTable t) {
+    if (!t.rows.empty()) v.push_back(std::move(t));
+  };
+  if (!in.throughput.empty()) {
+    add(throughput_table(in.throughput));
+    add(scaling_table(in.throughput));
+    add(precision_speedup_table(in.throughput));
+    add(time_to_train_table(in.throughput));
+  }
+  for (const TrainingCurve& c : in.curves) add(curve_table(c));
+  if (!in.latency.empty()) add(latency_table(in.latency));
+  if (with_reference) add(reference_table());
+  return v;
+}
+
+std::string render_report(const std::vector<ReportTable>& tables, const std::string& format) {
+  RN50_CHECK(format == "md" || format == "csv" || format == "json",
+             "--format '{}': expected md, csv or json", format);
+  if (format == "json") {
+    ojson all = ojson::array();
+    for (const ReportTable& t : tables) {
+      ojson rows = ojson::array();
+      for (const auto& r : t.rows) {
+        ojson o;
+        for (size_t i = 0; i < t.columns.size(); ++i) o[t.columns[i]] = r[i];
+        rows.push_back(std::move(o));
+      }
+      ojson j;
+      j["name"] = t.name;
+      j["title"] = t.title;
+      j["columns"] = t.columns;
+      j["rows"] = std::move(rows);
+      if (!t.note.empty()) j["note"] = t.note;
+      all.push_back(std::move(j));
+    }
+    ojson doc;
+    doc["tables"] = std::move(all);
+    return doc.dump(1) + "\n";
+  }
+  std::string out;
+  for (const ReportTable& t : tables) {
+    if (format == "md") {
+      out += fmt::format("### {}\n\n|", t.title);
+      for (const std::string& c : t.columns) out += " " + c + " |";
+      out += "\n|";
+      for (size_t i = 0; i < t.columns.size(); ++i) out += "---|";
+      out += "\n";
+      for (const auto& r : t.rows) {
+        out += "|";
+        for (size_t i = 0; i < r.size(); ++i) out += " " + cell(r[i], t.digits[i]) + " |";
+        out += "\n";
+      }
+      if (!t.note.empty()) out += "\n" + t.note + "\n";
+      out += "\n";
+    } else {
+      out += fmt::format("# {}\n", t.title);
+      for (size_t i = 0; i < t.columns.size(); ++i) out += (i ? "," : "") + csv_quote(t.columns[i]);
+      out += "\n";
+      for (const auto& r : t.rows) {
+        for (size_t i = 0; i < r.size(); ++i) {
+          // CSV keeps full precision for numbers: it is for further processing.
+          const std::string c = r[i].is_null()             ? std::string()
+                                : r[i].is_string()         ? r[i].get<std::string>()
+                                : r[i].is_number_integer() ? std::to_string(r[i].get<int64_t>())
+                                                           : fmt::format("{}", r[i].get<double>());
+          out += (i ? "," : "") + csv_quote(c);
+        }
+        out += "\n";
+      }
+      out += "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace rn50
