@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <mutex>
 #include <set>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/progress.h"
 #include "data/decode.h"
 #include "data/files.h"
 #include "rn50/data.h"
@@ -106,8 +108,11 @@ std::vector<std::string> check_files(const std::vector<std::string>& files, bool
                                      int workers) {
   std::vector<std::string> bad;
   std::mutex mu;
-  std::atomic<size_t> next{0};
-  auto work = [&] {
+  std::atomic<size_t> next{0}, done{0};
+  // stderr: stdout carries the class list. Updated by the calling thread (which also checks).
+  ProgressLine progress(stderr, 10.0);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto work = [&](bool report) {
     std::vector<uint8_t> bytes;
     data::ScaledRegion region;
     Image image;
@@ -118,11 +123,18 @@ std::vector<std::string> check_files(const std::vector<std::string>& files, bool
         std::lock_guard lk(mu);
         bad.push_back(files[i] + "\t" + e.what());
       }
+      const size_t n = ++done;
+      if (report) {
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        progress.update("check-data", static_cast<int64_t>(n), static_cast<int64_t>(files.size()),
+                        s > 0 ? static_cast<double>(n) / s : 0.0);
+      }
     }
   };
   std::vector<std::thread> threads;
-  for (int t = 1; t < workers; ++t) threads.emplace_back(work);
-  work();
+  for (int t = 1; t < workers; ++t) threads.emplace_back(work, false);
+  work(true);
   for (auto& t : threads) t.join();
   std::sort(bad.begin(), bad.end());
   return bad;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/progress.h"
 #include "model/input_stage.h"
 #include "train/metrics.h"
 
@@ -43,6 +44,7 @@ EvalResult evaluate(const EvalForward& forward, int64_t num_classes, Layout layo
   // Per-batch results stay on the device and are read back every `chunk` batches: the mean
   // loss of the batch's valid rows, and its top-1/top-5 hits.
   const int64_t chunk = print_interval > 0 ? print_interval : 64;
+  ProgressLine progress(stdout, 0);  // every print_interval batches; in place on a terminal
   Tensor loss_hist = backend.alloc({chunk}, DType::f32);
   Tensor hits_hist = backend.alloc({2 * chunk}, DType::f32);
   Tensor probs;
@@ -91,11 +93,10 @@ EvalResult evaluate(const EvalForward& forward, int64_t num_classes, Layout layo
     if (print_interval > 0 && (i % print_interval == 0 || i == nb)) {
       read_back();
       const double s = seconds_between(t0, ThroughputMeter::Clock::now());
-      std::printf("eval step %lld/%lld loss %.4f top1 %.2f%% top5 %.2f%% img/s %.1f\n",
-                  static_cast<long long>(i), static_cast<long long>(nb), sums.loss(),
-                  sums.top1_pct(), sums.top5_pct(),
-                  s > 0 ? static_cast<double>(sums.acc_samples) / s : 0.0);
-      std::fflush(stdout);
+      progress.show(fmt::format("eval step {}/{} loss {:.4f} top1 {:.2f}% top5 {:.2f}% img/s {:.1f}",
+                                i, nb, sums.loss(), sums.top1_pct(), sums.top5_pct(),
+                                s > 0 ? static_cast<double>(sums.acc_samples) / s : 0.0),
+                    /*force=*/true);
     }
   }
   read_back();
