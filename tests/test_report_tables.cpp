@@ -194,6 +194,29 @@ TEST(ReportDllogger, BothFormatsGiveTheSameCurve) {
   EXPECT_TRUE(std::isnan(at(tb, tb.rows[0], "val top1 %")));  // epoch 0 not evaluated
 }
 
+TEST(ReportLoad, InferenceBenchmarkLines) {
+  const fs::path dir = fs::path(RN50_BINARY_DIR) / "report_test_infer";
+  fs::remove_all(dir);
+  {
+    ReportWriter w((dir / "infer.jsonl").string());
+    for (int b : {1, 32}) {
+      ReportRecord r("infer_benchmark");
+      r.set("batch_size", b).set("infer.ips", 40.0 * b).set("infer.latency_avg_ms", 25.0 * b);
+      r.set("infer.latency_p50_ms", 24.0 * b).set("infer.latency_p90_ms", 27.0 * b);
+      r.set("infer.latency_p95_ms", 28.0 * b).set("infer.latency_p99_ms", 30.0 * b);
+      r.set("steps", 20).set("warmup_steps", 3).set("arch", std::string("resnet50"));
+      r.set("num_of_class", 1000).set("crop_size", 224).set("precision", std::string("int8"));
+      r.set("device", std::string("cpu"));
+      w.write(r);
+    }
+  }
+  const ReportInputs in = load_report_inputs({(dir / "infer.jsonl").string()});
+  ASSERT_EQ(in.latency.size(), 2u);
+  const ReportTable t = latency_table(in.latency);
+  EXPECT_DOUBLE_EQ(at(t, t.rows[1], "p99 ms"), 960.0);
+  EXPECT_EQ(t.rows[1][2], "int8");
+}
+
 TEST(ReportLoad, ErrorsNameFileAndLine) {
   const fs::path dir = fs::path(RN50_BINARY_DIR) / "report_test_errors";
   fs::create_directories(dir);

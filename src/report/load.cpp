@@ -55,6 +55,22 @@ ThroughputPoint point_from(const std::string& source, const std::string& hardwar
   return p;
 }
 
+/// An epoch's row from the fields of an rn50 epoch record or a DLE epoch line (DLE PyTorch logs
+/// train.total_ips where rn50 writes train.ips).
+CurveRow curve_row(int epoch, const json& d) {
+  CurveRow c;
+  c.epoch = epoch;
+  c.loss = num(d, "train.loss");
+  c.top1 = num(d, "train.top1");
+  c.top5 = num(d, "train.top5");
+  c.lr = num(d, "train.lr");
+  c.ips = d.contains("train.total_ips") ? num(d, "train.total_ips") : num(d, "train.ips");
+  c.val_loss = num(d, "val.loss");
+  c.val_top1 = num(d, "val.top1");
+  c.val_top5 = num(d, "val.top5");
+  return c;
+}
+
 /// Per-file state: the curve being built (epochs in file order; a resumed run's later epochs
 /// replace earlier ones with the same number).
 struct FileState {
@@ -81,16 +97,7 @@ void add_record(const json& r, const std::string& file, const std::string& where
                                        need(r, "world_size", where),
                                        {need(r, "train.ips", where).get<double>()}));
   } else if (type == "epoch") {
-    CurveRow c;
-    c.epoch = need(r, "epoch", where);
-    c.loss = num(r, "train.loss");
-    c.top1 = num(r, "train.top1");
-    c.top5 = num(r, "train.top5");
-    c.lr = num(r, "train.lr");
-    c.ips = num(r, "train.ips");
-    c.val_loss = num(r, "val.loss");
-    c.val_top1 = num(r, "val.top1");
-    c.val_top5 = num(r, "val.top5");
+    const CurveRow c = curve_row(need(r, "epoch", where), r);
     st.epochs[c.epoch] = c;
   } else if (type == "infer_benchmark") {
     LatencyRow l;
@@ -117,16 +124,7 @@ bool add_dle_epoch(const json& dlll, FileState& st) {
     return false;
   const json& d = dlll["data"];
   if (!d.is_object() || !(d.contains("train.loss") || d.contains("val.top1"))) return false;
-  CurveRow c;
-  c.epoch = dlll["step"][0];
-  c.loss = num(d, "train.loss");
-  c.top1 = num(d, "train.top1");
-  c.top5 = num(d, "train.top5");
-  c.lr = num(d, "train.lr");
-  c.ips = d.contains("train.total_ips") ? num(d, "train.total_ips") : num(d, "train.ips");
-  c.val_loss = num(d, "val.loss");
-  c.val_top1 = num(d, "val.top1");
-  c.val_top5 = num(d, "val.top5");
+  const CurveRow c = curve_row(dlll["step"][0], d);
   st.epochs[c.epoch] = c;
   return true;
 }
