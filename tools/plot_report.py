@@ -69,18 +69,21 @@ def plot_throughput(t, out_dir):
 
 def plot_curves(curves, out_dir):
     fig, (ax_loss, ax_top1) = plt.subplots(1, 2, figsize=SIZE)
-    for t in curves:
+    for i, t in enumerate(curves):
+        color = f"C{i}"  # one colour per report file; train solid, val dashed, in both panels
         label = t["title"].replace("Training curve: ", "")
         ep = [r["epoch"] for r in t["rows"]]
-        ax_loss.plot(ep, [r["train loss"] for r in t["rows"]], marker="o", label=f"{label} train")
+        ax_loss.plot(ep, [r["train loss"] for r in t["rows"]], "-o", color=color,
+                     label=f"{label} train")
+        ax_top1.plot(ep, [r["train top1 %"] for r in t["rows"]], "-o", color=color,
+                     label=f"{label} train")
         val = [(r["epoch"], r["val loss"], r["val top1 %"]) for r in t["rows"]
                if r["val top1 %"] is not None]
         if val:
-            ax_loss.plot([v[0] for v in val], [v[1] for v in val], marker="s", linestyle="--",
+            ax_loss.plot([v[0] for v in val], [v[1] for v in val], "--s", color=color,
                          label=f"{label} val")
-            ax_top1.plot([v[0] for v in val], [v[2] for v in val], marker="s", label=f"{label} val")
-        ax_top1.plot(ep, [r["train top1 %"] for r in t["rows"]], marker="o",
-                     label=f"{label} train")
+            ax_top1.plot([v[0] for v in val], [v[2] for v in val], "--s", color=color,
+                         label=f"{label} val")
     ax_loss.set_xlabel("epoch")
     ax_loss.set_ylabel("loss (label-smoothed CE)")
     ax_top1.set_xlabel("epoch")

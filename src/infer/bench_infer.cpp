@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "core/fileio.h"
+#include "core/progress.h"
 #include "core/report.h"
 #include "core/stats.h"
 #include "rn50/backend.h"
@@ -104,6 +105,8 @@ InferAccuracy measure_accuracy(InferenceEngine& engine, const std::string& image
   Tensor x;
   const int k = engine.num_classes();
   auto host = make_backend("onednn");
+  ProgressLine progress(stderr, 10.0);  // stdout carries the table
+  const auto t0 = std::chrono::steady_clock::now();
   while (src->next(b)) {
     const int64_t n = b.size;
     if (!x.defined() || x.n() != n) x = Tensor::empty({n, 3, crop, crop}, DType::f32, Layout::NHWC);
@@ -125,7 +128,12 @@ InferAccuracy measure_accuracy(InferenceEngine& engine, const std::string& image
                              label, top);
       ++seen;
     }
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    progress.update("accuracy", seen, src->num_samples(),
+                    el > 0 ? static_cast<double>(seen) / el : 0.0,
+                    fmt::format("top1 {:.2f}%", 100.0 * static_cast<double>(hit1) / seen));
   }
+  progress.finish();
   RN50_CHECK(seen > 0, "'{}': no images to classify", val);
   acc.images = seen;
   acc.top1 = 100.0 * static_cast<double>(hit1) / static_cast<double>(seen);

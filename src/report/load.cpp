@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/dllogger.h"
+#include "core/progress.h"
 #include "core/stats.h"
 #include "rn50/report.h"
 
@@ -136,7 +137,10 @@ ReportInputs load_report_inputs(const std::vector<std::string>& files) {
              "rn50 report: give at least one result file (a rn50 bench train "
              "sweep, a --report-file, or rn50 bench infer lines)");
   ReportInputs in;
+  ProgressLine progress(stderr, 10.0);  // stdout carries the tables
+  int64_t done = 0;
   for (const std::string& file : files) {
+    progress.update("report: reading", done++, static_cast<int64_t>(files.size()), 0, file);
     std::ifstream f(file);
     RN50_CHECK(f.good(), "'{}': cannot open", file);
     const size_t before = in.throughput.size() + in.curves.size() + in.latency.size();
@@ -187,6 +191,7 @@ ReportInputs load_report_inputs(const std::vector<std::string>& files) {
                "records)",
                file);
   }
+  progress.finish();
   return in;
 }
 
