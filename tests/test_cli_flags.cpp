@@ -2,6 +2,9 @@
 // runs and writes its report lines.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "core/safetensors.h"
 #include "rn50/backend.h"
 #include "rn50/model.h"
@@ -144,6 +147,36 @@ TEST(CliFlags, HelpAndVersion) {
         << f.name;
   }
   EXPECT_NE(out.find("(default: 0.256)"), std::string::npos) << "--lr's default";
+}
+
+TEST(CliFlags, ConfigFileThenCommandLine) {
+  const std::string dir = std::string(RN50_BINARY_DIR) + "/cli_config_test";
+  std::filesystem::create_directories(dir);
+  const std::string file = dir + "/run.toml";
+  std::ofstream(file) << "arch = \"resnet18\"\nbatch-size = 64\ncrop-size = 32\n"
+                         "num-of-class = 10\nscale-loss = 64.0\n";
+  std::string out;
+  // batch-size from the command line wins; scale-loss (no effect without fp16 AMP) comes from a
+  // file, which holds a whole configuration, so it is not refused.
+  ASSERT_EQ(run_command(kCli + " train --config " + file +
+                            " --data synthetic --benchmark --benchmark-steps 1 "
+                            "--benchmark-warmup-steps 0 --batch-size 2 --show-config",
+                        &out),
+            0)
+      << out;
+  auto row = [&](const std::string& flag) {
+    const size_t at = out.find(flag + " ");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  EXPECT_NE(row("--batch-size").find("set"), std::string::npos) << row("--batch-size");
+  EXPECT_NE(row("--batch-size").find("2"), std::string::npos) << row("--batch-size");
+  EXPECT_NE(row("--arch").find("config"), std::string::npos) << row("--arch");
+  EXPECT_NE(row("--arch").find("resnet18"), std::string::npos) << row("--arch");
+  EXPECT_NE(row("--lr").find("default"), std::string::npos) << row("--lr");
+  // A bad key: a clear error naming the file and the key, nothing run.
+  std::ofstream(file) << "epochz = 3\n";
+  EXPECT_NE(run_command(kCli + " train --config " + file + " --data synthetic", &out), 0);
+  EXPECT_NE(out.find("'epochz' is not a flag"), std::string::npos) << out;
 }
 
 TEST(CliFlags, ShowConfigPrintsEveryFlagWithItsSource) {

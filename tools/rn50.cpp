@@ -36,12 +36,17 @@ using rn50::TrainConfig;
 /// CLI11 collects each flag's text, the table parses it into TrainConfig.
 struct TrainFlags {
   unsigned command = rn50::kTrainCommand;
+  std::string config_file;  ///< --config FILE, applied before the command line's flags
   std::map<std::string, std::vector<std::string>> text;
   std::map<std::string, CLI::Option*> option;
 };
 
 void add_train_flags(CLI::App* app, TrainFlags& tf, unsigned command) {
   tf.command = command;
+  app->add_option("--config", tf.config_file,
+                  "read flags from FILE first: TOML/INI (batch-size = 256, amp = true, "
+                  "lr-decay-epochs = [30, 60]; configs/ has DLE's recipes), or a report / "
+                  "state.json to rerun its configuration; flags given here override it");
   for (const rn50::FlagSpec& f : rn50::train_flags()) {
     std::vector<std::string>& v = tf.text[f.name];
     CLI::Option* o;
@@ -63,6 +68,7 @@ void add_train_flags(CLI::App* app, TrainFlags& tf, unsigned command) {
 /// The parsed flags into `c` (TrainConfig::given records them); throws rn50::Error naming a
 /// flag this command does not take, or a value that does not parse.
 void resolve(rn50::TrainConfig& c, const TrainFlags& tf, const char* command) {
+  if (!tf.config_file.empty()) rn50::apply_config_file(c, tf.config_file, tf.command);
   for (const rn50::FlagSpec& f : rn50::train_flags()) {
     if (tf.option.at(f.name)->count() == 0) continue;
     RN50_CHECK(f.commands & tf.command,

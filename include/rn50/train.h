@@ -186,6 +186,11 @@ struct TrainConfig {
   double bucket_size_mb = 25;
   /// --log-all-ranks: every rank prints its progress (prefixed "[rank R]"); default rank 0 only.
   bool log_all_ranks = false;
+  /// --enable-cpu-affinity true|false: with several processes on a node, bind each to its own
+  /// contiguous share of the allowed cores (threads and loader workers stay there; default
+  /// true, DLE Paddle's flag). false: no binding; OpenMP threads still split the cores. One
+  /// process is never bound.
+  bool enable_cpu_affinity = true;
   /// --timeout: seconds without progress after which a rank stops the whole job (a collective
   /// stuck on a dead or hung rank); 0 = never (default 1800).
   double timeout = 1800;
@@ -201,6 +206,9 @@ struct TrainConfig {
   /// validate() refuses a given flag that has no effect in the configuration (e.g. --scale-loss
   /// without fp16 --amp); configurations built in code leave it empty.
   std::set<std::string> given;
+  /// The flags set by --config FILE (shown as "config" by --show-config; not refused when they
+  /// have no effect, since a file holds a whole configuration).
+  std::set<std::string> from_config;
 };
 
 /// Checks `cfg` and throws rn50::Error naming the flag and the bad value (e.g. "--epochs -1:

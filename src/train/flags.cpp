@@ -131,6 +131,17 @@ FlagSpec switch_(const char* name, bool TrainConfig::*m, const char* help, unsig
   return f;
 }
 
+/// A bool field that takes its value as a word (DLE's `--flag true|false`), unlike a switch.
+FlagSpec boolean(const char* name, bool TrainConfig::*m, const char* help, unsigned commands) {
+  FlagSpec f = base(name, "true|false", help, commands);
+  f.get = [m](const TrainConfig& c) { return json(c.*m); };
+  f.set = [m, n = f.name](TrainConfig& c, const std::vector<std::string>& v) {
+    c.*m = parse_bool(n, one_value(n, v));
+  };
+  f.check = [](const TrainConfig&) {};
+  return f;
+}
+
 /// A text field limited to `choices`.
 FlagSpec choice(const char* name, std::string TrainConfig::*m, std::vector<std::string> choices,
                 const char* help, unsigned commands) {
@@ -409,6 +420,10 @@ std::vector<FlagSpec> make_table() {
                    "gradient allreduce bucket size, MiB (torch DDP 25)", T, [](const double& v) {
                      return v > 0 ? std::string() : std::string("must be a number > 0");
                    }));
+  t.push_back(boolean("--enable-cpu-affinity", &C::enable_cpu_affinity,
+                      "bind each process of a node to its own share of the cores (DLE flag); "
+                      "false: no binding, OpenMP threads still split the cores",
+                      B));
   t.push_back(switch_("--log-all-ranks", &C::log_all_ranks,
                       "every rank prints its progress (off: rank 0 only)", B));
   t.push_back(real("--timeout", &C::timeout,
@@ -458,7 +473,7 @@ std::vector<ReportField> config_flag_fields() {
   std::vector<ReportField> out;
   for (const FlagSpec& f : train_flags()) {
     FieldType t = FieldType::string;
-    if (f.is_switch()) t = FieldType::boolean;
+    if (f.is_switch() || f.value_name == "true|false") t = FieldType::boolean;
     else if (f.is_list()) t = FieldType::list;
     else if (f.value_name == "INT") t = FieldType::integer;
     else if (f.value_name == "FLOAT") t = FieldType::number;
@@ -476,7 +491,9 @@ std::string config_table(const TrainConfig& cfg, unsigned command) {
     if (!(f.commands & command)) continue;
     const json v = f.get(cfg);
     out += fmt::format("{:<{}}  {:<10}  {}\n", f.name, w,
-                       cfg.given.count(f.name) ? "set" : "default",
+                       cfg.given.count(f.name)         ? "set"
+                       : cfg.from_config.count(f.name) ? "config"
+                                                       : "default",
                        v.is_string() ? v.get<std::string>() : v.dump());
   }
   return out;

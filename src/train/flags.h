@@ -64,6 +64,19 @@ nlohmann::ordered_json config_to_json(const TrainConfig& cfg);
 /// integer, FLOAT number, "INT ..." list, switch boolean, TEXT and choices string; help as doc).
 std::vector<ReportField> config_flag_fields();
 
+/// rn50 train/eval --config FILE: sets the flags the file names in `cfg` (not recorded in
+/// cfg.given, so a full configuration fed back is not refused for flags without effect; flags
+/// on the command line are applied after it and win). FILE is TOML or INI through CLI11's
+/// parser (`batch-size = 256`, `lr-decay-epochs = [30, 60, 80]`, `amp = true`; keys are flag
+/// names without the dashes, '-' or '_'; optionally under [train] / [eval]), or JSON: a report
+/// (its config line), a checkpoint's state.json ("config"), or an object of flags; the run
+/// facts a report adds (world_size, version, base_lr, ...) are skipped. Training flags in a
+/// file read by `rn50 eval` are skipped. Returns the flag names set, in file order. Throws
+/// rn50::Error naming the file and the key for an unknown key, a bad value (the flag's own
+/// message) or an unreadable file.
+std::vector<std::string> apply_config_file(TrainConfig& cfg, const std::string& path,
+                                           unsigned command);
+
 /// --show-config: the resolved configuration as a text table, one row per flag that `command`
 /// takes (kTrainCommand or kEvalCommand): flag, value, and "set" (given on the command line) or
 /// "default".

@@ -270,11 +270,18 @@ void Trainer::setup_backend() {
   // Each local rank's threads (loader workers, OpenMP) on its own share of the cores.
   if (proc_.local_size > 1) {
     const std::vector<int> cores = cores_for_local_rank(proc_.local_rank, proc_.local_size);
-    const std::string where = bind_to_cores(cores);
     if (!cores.empty()) {
       set_cpu_threads(static_cast<int>(cores.size()));
-      std::fprintf(stderr, "rank %d (local %d of %d): threads bound to %s\n", proc_.rank,
-                   proc_.local_rank, proc_.local_size, where.c_str());
+      if (cfg_.enable_cpu_affinity) {
+        const std::string where = bind_to_cores(cores);
+        std::fprintf(stderr, "rank %d (local %d of %d): threads bound to %s\n", proc_.rank,
+                     proc_.local_rank, proc_.local_size, where.c_str());
+      } else {
+        std::fprintf(stderr,
+                     "rank %d (local %d of %d): %zu threads, not bound to cores "
+                     "(--enable-cpu-affinity false)\n",
+                     proc_.rank, proc_.local_rank, proc_.local_size, cores.size());
+      }
     }
   }
   BackendOptions bo;
