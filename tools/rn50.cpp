@@ -368,10 +368,20 @@ int main(int argc, char** argv) {
                  "rn50 export: pass one of --from-checkpoint and --from-pretrained-params");
       if (!ec_checkpoint.empty()) {
         const std::string dir = rn50::resolve_checkpoint_dir(ec_checkpoint, ec_last_epoch);
-        ec.weights = (std::filesystem::path(dir) / rn50::kModelFile).string();
         const rn50::CheckpointState st = rn50::read_checkpoint_state(dir);
+        ec.weights = (std::filesystem::path(dir) / st.model_file).string();
         ec.classes = st.classes;
         if (ec.arch.empty()) ec.arch = st.arch;
+        // The normalisation the model was trained with (checkpoints before the flags existed
+        // hold none: ImageNet's).
+        for (const char* key : {"normalize_mean", "normalize_std"}) {
+          if (!st.config.contains(key)) continue;
+          const auto v = st.config[key].get<std::vector<double>>();
+          RN50_CHECK(v.size() == 3, "'{}': state.json config {} has {} values, expected 3", dir,
+                     key, v.size());
+          auto& dst = std::string(key) == "normalize_mean" ? ec.norm.mean : ec.norm.std;
+          for (int c = 0; c < 3; ++c) dst[c] = static_cast<float>(v[c]);
+        }
       }
       if (ec_formats.empty())
         ec_formats = rn50::onnx_export_available() && ec.precision != "int8" ? "rn50,onnx" : "rn50";

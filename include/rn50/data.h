@@ -18,6 +18,13 @@ namespace rn50 {
 inline constexpr std::array<float, 3> kImageNetMean{0.485f, 0.456f, 0.406f};
 inline constexpr std::array<float, 3> kImageNetStd{0.229f, 0.224f, 0.225f};
 
+/// The input normalisation x = (pixel / 255 - mean[c]) / std[c] per RGB channel, on [0,1]
+/// values (DLE --normalize-mean / --normalize-std); ImageNet's by default.
+struct Normalization {
+  std::array<float, 3> mean = kImageNetMean;
+  std::array<float, 3> std = kImageNetStd;
+};
+
 /// A decoded 8-bit RGB image, row-major H x W x 3.
 struct Image {
   int width = 0, height = 0;

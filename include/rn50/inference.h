@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "rn50/data.h"
 #include "rn50/error.h"
 #include "rn50/graph.h"
 #include "rn50/tensor.h"
@@ -153,6 +154,9 @@ struct ExportConfig {
   std::vector<std::string> classes;  ///< class names (a checkpoint's state.json), may be empty
   int resize_short = 256;            ///< --resize-short, recorded as preprocessing
   int crop_size = 224;               ///< --crop-size, recorded as preprocessing
+  /// The input normalisation the model was trained with (a checkpoint's --normalize-mean /
+  /// --normalize-std), recorded as preprocessing and used for int8 calibration.
+  Normalization norm;
   std::string output;                ///< --output DIR
   /// --format: "rn50" (model.json + model.safetensors) and/or "onnx" (model.onnx).
   std::vector<std::string> formats{"rn50"};
@@ -240,12 +244,13 @@ class Calibrator {
 
 /// Calibration images: `count` files of <image_root>/train taken at evenly spaced positions of
 /// the sorted ImageFolder index (every class represented, no randomness), decoded with the eval
-/// transform (resize_short, center crop) and normalised with ImageNet mean/std
-/// (Backend::normalize_u8), handed to `consume` in f32 NCHW batches of at most `batch` images.
-/// Unreadable files are skipped and counted (returned). Throws rn50::Error naming the folder when it has no images.
+/// transform (resize_short, center crop) and normalised with `norm` (Backend::normalize_u8),
+/// handed to `consume` in f32 NCHW batches of at most `batch` images. Unreadable files are
+/// skipped and counted (returned). Throws rn50::Error naming the folder when it has no images.
 int64_t for_calibration_batches(const std::string& image_root, int count, int resize_short,
                                 int crop, int batch,
-                                const std::function<void(const Tensor&)>& consume);
+                                const std::function<void(const Tensor&)>& consume,
+                                const Normalization& norm = {});
 
 /// `rn50 bench infer`: inference throughput and latency per batch size (DLE's inference
 /// benchmark: images/s and latency average, p90, p95, p99).
@@ -280,13 +285,13 @@ struct InferAccuracy {
 };
 
 /// Classifies every image of <image_root>/val (eval transform: resize_short, center crop;
-/// ImageNet mean/std; exact_decode as LoaderOptions) in batches of `batch` with `engine`; writes one "path<TAB>label<TAB>top1"
+/// normalised with `norm`; exact_decode as LoaderOptions) in batches of `batch` with `engine`; writes one "path<TAB>label<TAB>top1"
 /// line per image to `predictions_file` when it is not empty (atomically). Throws rn50::Error
 /// naming the folder when it holds no images, or the file on an I/O error.
 InferAccuracy measure_accuracy(InferenceEngine& engine, const std::string& image_root,
                                int resize_short, int crop, int batch,
                                const std::string& predictions_file = "",
-                               bool exact_decode = false);
+                               bool exact_decode = false, const Normalization& norm = {});
 
 /// One batch size's figures. Latencies are wall milliseconds of one run() call on a batch
 /// (input already in memory, logits back on the host); percentiles interpolate linearly between

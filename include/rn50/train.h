@@ -6,6 +6,7 @@
 // and fc weights only, label smoothing 0.1, 90 epochs of batch 256.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <iosfwd>
 #include <set>
@@ -13,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "rn50/data.h"
 #include "rn50/tensor.h"
 
 namespace rn50 {
@@ -119,6 +121,10 @@ struct TrainConfig {
   std::string image_root;
   /// --crop-size: train RandomResizedCrop size and val center-crop size, pixels (DLE 224).
   int crop_size = 224;
+  /// --normalize-mean: per-channel RGB mean subtracted from pixel / 255 (DLE flag; ImageNet's).
+  std::array<double, 3> normalize_mean{0.485, 0.456, 0.406};
+  /// --normalize-std: per-channel RGB std the centred value is divided by (DLE; ImageNet's).
+  std::array<double, 3> normalize_std{0.229, 0.224, 0.225};
   /// --resize-short: val shorter-side resize before the center crop, pixels (DLE 256).
   int resize_short = 256;
   /// --rand-crop-scale: RandomResizedCrop area fraction range LO,HI (DLE 0.08,1).
@@ -157,6 +163,10 @@ struct TrainConfig {
   int save_interval = 1;
   /// --checkpoint-dir: checkpoints go to <checkpoint-dir>/<arch>/<epoch>/ (default ./output).
   std::string checkpoint_dir = "./output";
+  /// --model-prefix: file name prefix of the checkpoint files (DLE Paddle flag): P gives
+  /// P.safetensors and P.optimizer.safetensors; the default "model" keeps model.safetensors and
+  /// optimizer.safetensors. state.json records the names, so resuming needs no flag.
+  std::string model_prefix = "model";
   /// --inference-dir: after the last epoch, write the trained model for inference there (rn50
   /// export's format: model.json + model.safetensors, BatchNorm folded; DLE flag). Empty = none.
   std::string inference_dir;
@@ -210,6 +220,9 @@ struct TrainConfig {
   /// have no effect, since a file holds a whole configuration).
   std::set<std::string> from_config;
 };
+
+/// The input normalisation of cfg (--normalize-mean / --normalize-std) as the model input uses it.
+Normalization normalization(const TrainConfig& cfg);
 
 /// Checks `cfg` and throws rn50::Error naming the flag and the bad value (e.g. "--epochs -1:
 /// must be >= 1"), or naming a flag of cfg.given that has no effect in this configuration and

@@ -34,10 +34,13 @@ std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostre
   int classes = cfg.num_classes;
   std::unique_ptr<InferenceEngine> engine;
   int model_resize = 0, model_crop = 0;
+  Normalization norm;  // the model's (rn50 export records it), else ImageNet's
   if (!cfg.model_dir.empty()) {
     InferenceModel m = load_inference_model(cfg.model_dir);
     model_resize = m.info.resize_short;
     model_crop = m.info.crop_size;
+    std::copy(m.info.mean.begin(), m.info.mean.end(), norm.mean.begin());
+    std::copy(m.info.std.begin(), m.info.std.end(), norm.std.begin());
     arch = m.program.arch;
     classes = m.program.num_classes;
     engine = make_inference_engine(std::move(m.program), cfg.engine);
@@ -66,7 +69,7 @@ std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostre
                            : cfg.crop_size * 256 / 224;
     const int batch = *std::max_element(cfg.batch_sizes.begin(), cfg.batch_sizes.end());
     const InferAccuracy a = measure_accuracy(*engine, cfg.data, resize, cfg.crop_size, batch,
-                                             cfg.predictions_file, cfg.exact_decode);
+                                             cfg.predictions_file, cfg.exact_decode, norm);
     out << fmt::format(
         "accuracy: {} {} on {}/val: top1 {:.2f}% top5 {:.2f}% ({} images, resize "
         "{} crop {})\n",
@@ -88,7 +91,8 @@ std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostre
 
 InferAccuracy measure_accuracy(InferenceEngine& engine, const std::string& image_root,
                                int resize_short, int crop, int batch,
-                               const std::string& predictions_file, bool exact_decode) {
+                               const std::string& predictions_file, bool exact_decode,
+                               const Normalization& norm) {
   LoaderOptions lo;
   lo.exact_decode = exact_decode;
   lo.batch_size = batch;
@@ -110,7 +114,7 @@ InferAccuracy measure_accuracy(InferenceEngine& engine, const std::string& image
   while (src->next(b)) {
     const int64_t n = b.size;
     if (!x.defined() || x.n() != n) x = Tensor::empty({n, 3, crop, crop}, DType::f32, Layout::NHWC);
-    host->normalize_u8(b.images.slice0(0, n), kImageNetMean, kImageNetStd, x);
+    host->normalize_u8(b.images.slice0(0, n), norm.mean, norm.std, x);
     const Tensor logits = engine.run(x);
     for (int64_t i = 0; i < n; ++i) {
       const float* l = logits.data_as<const float>() + i * k;

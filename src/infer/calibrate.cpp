@@ -126,7 +126,8 @@ std::vector<float> Calibrator::value_absmax() const {
 
 int64_t for_calibration_batches(const std::string& image_root, int count, int resize_short,
                                 int crop, int batch,
-                                const std::function<void(const Tensor&)>& consume) {
+                                const std::function<void(const Tensor&)>& consume,
+                                const Normalization& norm) {
   RN50_CHECK(count >= 1, "--calib-images {}: must be >= 1", count);
   RN50_CHECK(batch >= 1, "calibration batch {}: must be >= 1", batch);
   const std::string train = (std::filesystem::path(image_root) / "train").string();
@@ -142,7 +143,7 @@ int64_t for_calibration_batches(const std::string& image_root, int count, int re
   auto flush = [&] {
     if (filled == 0) return;
     Tensor x = Tensor::empty({filled, 3, crop, crop}, DType::f32, Layout::NCHW);
-    host->normalize_u8(u8.slice0(0, filled), kImageNetMean, kImageNetStd, x);
+    host->normalize_u8(u8.slice0(0, filled), norm.mean, norm.std, x);
     consume(x);
     filled = 0;
   };

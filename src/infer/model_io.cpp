@@ -281,6 +281,8 @@ void run_export(const ExportConfig& cfg, std::ostream& out) {
              "{} class names for a {}-class model", m.info.classes.size(), classes);
   m.info.resize_short = cfg.resize_short;
   m.info.crop_size = cfg.crop_size;
+  m.info.mean.assign(cfg.norm.mean.begin(), cfg.norm.mean.end());
+  m.info.std.assign(cfg.norm.std.begin(), cfg.norm.std.end());
   std::string calib_note;
   if (int8) {
     CalibrationConfig cc;
@@ -289,7 +291,7 @@ void run_export(const ExportConfig& cfg, std::ostream& out) {
     Calibrator cal(m.program, cc);
     const int64_t bad =
         for_calibration_batches(cfg.calib_root, cfg.calib_images, cfg.resize_short, cfg.crop_size,
-                                16, [&](const Tensor& x) { cal.add(x); });
+                                16, [&](const Tensor& x) { cal.add(x); }, cfg.norm);
     m.program.value_absmax = cal.value_absmax();
     m.info.calibration = {cc.method, cc.method == "percentile" ? cc.percentile : 0.0, cal.images(),
                           cfg.calib_root};

@@ -4,8 +4,9 @@
 
 namespace rn50 {
 
-InputStage::InputStage(Backend& backend, Layout layout, DType dtype, int num_classes, int slots)
-    : backend_(backend), layout_(layout), dtype_(dtype), num_classes_(num_classes) {
+InputStage::InputStage(Backend& backend, Layout layout, DType dtype, int num_classes, int slots,
+                       Normalization norm)
+    : backend_(backend), layout_(layout), dtype_(dtype), num_classes_(num_classes), norm_(norm) {
   RN50_CHECK(slots >= 1, "InputStage: slots must be >= 1, got {}", slots);
   slots_.resize(static_cast<size_t>(slots));
 }
@@ -57,7 +58,7 @@ int InputStage::upload(const Batch& b) {
 }
 
 void InputStage::normalize(int s) {
-  backend_.normalize_u8(slots_[s].u8, kImageNetMean, kImageNetStd, x_);
+  backend_.normalize_u8(slots_[s].u8, norm_.mean, norm_.std, x_);
 }
 
 void InputStage::release(int s) {

@@ -1,6 +1,6 @@
 // rn50: moves host Batches onto the backend and normalises them into the model's input.
 //   images u8 (N,3,H,W) NHWC host -> u8 on the device (Backend::upload_input: a side stream on
-//   CUDA, overlapping the running step) -> normalize_u8 with the ImageNet mean/std -> the compute
+//   CUDA, overlapping the running step) -> normalize_u8 with the mean/std given (ImageNet's by default) -> the compute
 //   dtype (N,3,H,W) in the model's layout; labels i32 (N) -> device.
 // Device buffers come in `slots` (2: double buffering): batch k+1 is uploaded into the other
 // slot while step k still reads its own; release(slot) marks the end of the work reading a slot.
@@ -18,7 +18,9 @@ class InputStage {
  public:
   /// num_classes: labels outside [0, num_classes) are rejected on the host (a GPU loss kernel
   /// cannot report them). dtype: the model's compute dtype (f32, f16, bf16).
-  InputStage(Backend& backend, Layout layout, DType dtype, int num_classes, int slots = 2);
+  /// norm: the mean/std normalize() applies (ImageNet's by default).
+  InputStage(Backend& backend, Layout layout, DType dtype, int num_classes, int slots = 2,
+             Normalization norm = {});
   /// Lets the backend free what it keeps per upload buffer (Backend::forget_input).
   ~InputStage();
   InputStage(const InputStage&) = delete;
@@ -48,6 +50,7 @@ class InputStage {
   Layout layout_;
   DType dtype_;
   int num_classes_;
+  Normalization norm_;
   std::vector<Slot> slots_;
   int next_ = 0, last_ = 0;
   Tensor x_;

@@ -21,6 +21,11 @@ std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]"
 
 }  // namespace
 
+std::pair<std::string, std::string> checkpoint_file_names(const std::string& prefix) {
+  if (prefix == "model") return {kModelFile, kOptimizerFile};
+  return {prefix + ".safetensors", prefix + ".optimizer.safetensors"};
+}
+
 // ---- state.json ----
 
 nlohmann::ordered_json CheckpointState::to_json() const {
@@ -38,6 +43,8 @@ nlohmann::ordered_json CheckpointState::to_json() const {
     j["loss_scale"] = loss_scale;
     j["skipped_steps"] = skipped_steps;
   }
+  j["model_file"] = model_file;
+  j["optimizer_file"] = optimizer_file;
   return j;
 }
 
@@ -55,6 +62,11 @@ CheckpointState CheckpointState::from_json(const nlohmann::json& j, const std::s
     s.version = j.value("version", std::string());
     s.loss_scale = j.value("loss_scale", 0.0);
     s.skipped_steps = j.value("skipped_steps", int64_t{0});
+    s.model_file = j.value("model_file", std::string(kModelFile));
+    s.optimizer_file = j.value("optimizer_file", std::string(kOptimizerFile));
+    for (const std::string* f : {&s.model_file, &s.optimizer_file})
+      RN50_CHECK(!f->empty() && f->find('/') == std::string::npos && *f != "." && *f != "..",
+                 "{}: file name '{}' must be a plain name inside the epoch folder", what, *f);
   } catch (const nlohmann::json::exception& e) {
     RN50_FAIL("{}: bad checkpoint state: {}", what, e.what());
   }
@@ -87,8 +99,8 @@ void save_checkpoint(const std::string& dir, ResNet& model, SgdOptimizer& optimi
   const std::map<std::string, std::string> meta{
       {"format", "pt"}, {"arch", state.arch}, {"rn50_version", state.version},
       {"epoch", std::to_string(state.epoch)}};
-  save_safetensors((fs::path(dir) / kModelFile).string(), model.state_dict(), meta);
-  save_safetensors((fs::path(dir) / kOptimizerFile).string(), optimizer.state_dict(), meta);
+  save_safetensors((fs::path(dir) / state.model_file).string(), model.state_dict(), meta);
+  save_safetensors((fs::path(dir) / state.optimizer_file).string(), optimizer.state_dict(), meta);
 
   write_file_atomic(state_path.string(), state.to_json().dump(2) + "\n");
 }
@@ -128,7 +140,7 @@ std::string resolve_checkpoint_dir(const std::string& from, const std::string& l
 
 CheckpointState load_checkpoint(const std::string& dir, ResNet& model, SgdOptimizer& optimizer) {
   CheckpointState st = read_checkpoint_state(dir);
-  const std::string mpath = (fs::path(dir) / kModelFile).string();
+  const std::string mpath = (fs::path(dir) / st.model_file).string();
   SafeTensorsFile mf = load_safetensors(mpath);
   for (const ParamInfo& p : model.params()) {
     auto it = mf.tensors.find(p.name);
@@ -136,7 +148,7 @@ CheckpointState load_checkpoint(const std::string& dir, ResNet& model, SgdOptimi
     RN50_CHECK(it->second.shape() == p.shape, "{}: '{}' has shape {}, the model {} (arch {})",
                mpath, p.name, shape_str(it->second.shape()), shape_str(p.shape), st.arch);
   }
-  const std::string opath = (fs::path(dir) / kOptimizerFile).string();
+  const std::string opath = (fs::path(dir) / st.optimizer_file).string();
   SafeTensorsFile of = load_safetensors(opath);
   model.load_state_dict(mf.tensors, /*strict=*/true);
   optimizer.load_state_dict(of.tensors, opath);

@@ -5,7 +5,10 @@
 //   model.safetensors      model.state_dict(): torchvision keys, F32 + I64 num_batches_tracked
 //   optimizer.safetensors  SGD momentum buffer of each parameter, keyed by the parameter's name
 //   state.json             epoch, global step, lr of the next step, steps per epoch, seed, class
-//                          list, the resolved config, rn50 version
+//                          list, the resolved config, rn50 version, and the two file names
+// With --model-prefix P (DLE Paddle's flag) the weights are P.safetensors and the optimizer state
+// P.optimizer.safetensors; state.json records the names ("model_file", "optimizer_file") and
+// loading reads them from there (a state.json without them: the default names above).
 // Each file is written atomically (temp file + rename) and state.json last, after removing any
 // stale one first: a folder holding state.json is complete.
 #pragma once
@@ -14,6 +17,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/safetensors.h"
@@ -40,16 +44,22 @@ struct CheckpointState {
   /// run continues from this scale instead of --scale-loss.
   double loss_scale = 0;
   int64_t skipped_steps = 0;  ///< steps skipped for inf/NaN gradients so far
+  std::string model_file = "model.safetensors";          ///< weights file in the epoch folder
+  std::string optimizer_file = "optimizer.safetensors";  ///< optimizer state file
 
   nlohmann::ordered_json to_json() const;
   /// Throws rn50::Error naming `what` (the file) when a field is missing or has the wrong type.
   static CheckpointState from_json(const nlohmann::json& j, const std::string& what);
 };
 
-/// Names of the files inside an epoch folder.
+/// Default names of the files inside an epoch folder (--model-prefix model).
 inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kStateFile = "state.json";
+
+/// The weights and optimizer file names of --model-prefix `prefix`: "model" gives kModelFile and
+/// kOptimizerFile, any other P gives P.safetensors and P.optimizer.safetensors.
+std::pair<std::string, std::string> checkpoint_file_names(const std::string& prefix);
 
 /// Writes a checkpoint of `model` and `optimizer` (SgdOptimizer::state_dict) into `dir`
 /// (created if missing). Throws rn50::Error on I/O errors.

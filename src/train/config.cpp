@@ -43,6 +43,15 @@ void positive_world_size(int world) {
 }
 }  // namespace
 
+Normalization normalization(const TrainConfig& cfg) {
+  Normalization n;
+  for (int c = 0; c < 3; ++c) {
+    n.mean[c] = static_cast<float>(cfg.normalize_mean[c]);
+    n.std[c] = static_cast<float>(cfg.normalize_std[c]);
+  }
+  return n;
+}
+
 DType compute_dtype(const TrainConfig& cfg) {
   if (!cfg.amp) return DType::f32;
   return cfg.amp_dtype == "bf16" ? DType::bf16 : DType::f16;
@@ -108,6 +117,9 @@ void validate(const TrainConfig& c) {
          "--benchmark and evaluation write no checkpoints");
   refuse("--checkpoint-dir", c.benchmark || !training,
          "--benchmark and evaluation write no checkpoints");
+  refuse("--model-prefix", c.benchmark || !training || c.save_interval == 0,
+         "it names checkpoint files, and this run writes none (--benchmark, evaluation or "
+         "--save-interval 0)");
   refuse("--inference-dir", c.benchmark || !training,
          "only a training run writes an inference model at its end; use rn50 export on a "
          "checkpoint");

@@ -29,17 +29,17 @@ void allreduce_metric_sums(Communicator& comm, MetricSums& sums, int64_t& bad) {
 }
 
 EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double label_smoothing,
-                    int print_interval, int epoch, Communicator* comm) {
+                    int print_interval, int epoch, Communicator* comm, const Normalization& norm) {
   const ModelOptions& o = model.options();
   return evaluate([&model](const Tensor& x) { return model.forward(x, /*train=*/false); },
                   o.num_classes, o.layout, o.compute_dtype, backend, source, label_smoothing,
-                  print_interval, epoch, comm);
+                  print_interval, epoch, comm, norm);
 }
 
 EvalResult evaluate(const EvalForward& forward, int64_t num_classes, Layout layout, DType dtype,
                     Backend& backend, DataSource& source, double label_smoothing,
-                    int print_interval, int epoch, Communicator* comm) {
-  InputStage input(backend, layout, dtype, static_cast<int>(num_classes), 1);
+                    int print_interval, int epoch, Communicator* comm, const Normalization& norm) {
+  InputStage input(backend, layout, dtype, static_cast<int>(num_classes), 1, norm);
   const int64_t k = num_classes;
   // Per-batch results stay on the device and are read back every `chunk` batches: the mean
   // loss of the batch's valid rows, and its top-1/top-5 hits.

@@ -35,8 +35,10 @@ void allreduce_metric_sums(Communicator& comm, MetricSums& sums, int64_t& bad);
 /// exactly one shard), then (loss sum, top-1 and top-5 correct, count, bad files) are summed
 /// over the ranks in one allreduce, so every rank returns the exact global result whatever the
 /// world size; the watchdog heartbeat is given every batch.
+/// norm: the input normalisation the model was trained with (ImageNet's by default).
 EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double label_smoothing,
-                    int print_interval, int epoch = 0, Communicator* comm = nullptr);
+                    int print_interval, int epoch = 0, Communicator* comm = nullptr,
+                    const Normalization& norm = {});
 
 /// The logits (N, classes) f32 of an input batch x (N, 3, H, W) as InputStage makes it; memory
 /// the backend's ops can read (the CPU backends: any host tensor).
@@ -46,6 +48,7 @@ using EvalForward = std::function<Tensor(const Tensor& x)>;
 /// CPU): inputs are staged in `layout` and `dtype` for a `num_classes`-way model.
 EvalResult evaluate(const EvalForward& forward, int64_t num_classes, Layout layout, DType dtype,
                     Backend& backend, DataSource& source, double label_smoothing,
-                    int print_interval, int epoch = 0, Communicator* comm = nullptr);
+                    int print_interval, int epoch = 0, Communicator* comm = nullptr,
+                    const Normalization& norm = {});
 
 }  // namespace rn50

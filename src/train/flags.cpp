@@ -348,6 +348,35 @@ std::vector<FlagSpec> make_table() {
   t.push_back(range("--rand-crop-ratio", &C::rand_crop_ratio,
                     "train RandomResizedCrop: aspect ratio (w/h) range LO,HI",
                     std::numeric_limits<double>::infinity()));
+  // The input normalisation: three numbers, "R,G,B" or "R G B" (DLE's comma lists).
+  auto rgb = [](const char* name, std::array<double, 3> TrainConfig::*m, const char* help,
+                bool positive) {
+    FlagSpec f = base(name, "FLOAT ...", help, kTrainAndEval);
+    f.get = [m](const TrainConfig& c) { return json((c.*m)); };
+    f.set = [m, n = f.name](TrainConfig& c, const std::vector<std::string>& v) {
+      std::vector<double> x;
+      for (const std::string& s : v) {
+        std::stringstream ss(s);
+        for (std::string e; std::getline(ss, e, ',');)
+          if (!e.empty()) x.push_back(parse_real(n, e));
+      }
+      RN50_CHECK(x.size() == 3, "{}: expected three numbers R,G,B (one per channel), got {}", n,
+                 x.size());
+      c.*m = {x[0], x[1], x[2]};
+    };
+    f.check = [m, n = f.name, positive](const TrainConfig& c) {
+      for (double v : c.*m)
+        RN50_CHECK(std::isfinite(v) && (positive ? v > 0 : (v >= 0 && v <= 1)),
+                   "{} {}: each value must be {}", n, fmt::join(c.*m, ","),
+                   positive ? "> 0 (a standard deviation of [0,1] pixel values)"
+                            : "in [0, 1] (a mean of pixel / 255)");
+    };
+    return f;
+  };
+  t.push_back(rgb("--normalize-mean", &C::normalize_mean,
+                  "input normalisation: RGB mean of pixel / 255 subtracted (DLE flag)", false));
+  t.push_back(rgb("--normalize-std", &C::normalize_std,
+                  "input normalisation: RGB std the centred value is divided by (DLE flag)", true));
   t.push_back(integer("--resize-short", &C::resize_short,
                       "val: shorter side resized to this before the center crop, pixels", B,
                       at_least(1)));
@@ -386,6 +415,18 @@ std::vector<FlagSpec> make_table() {
                       at_least(0)));
   t.push_back(text("--checkpoint-dir", &C::checkpoint_dir,
                    "checkpoints go to <dir>/<arch>/<epoch>/", T));
+  t.push_back(text("--model-prefix", &C::model_prefix,
+                   "file name prefix of checkpoint files: <prefix>.safetensors and "
+                   "<prefix>.optimizer.safetensors (model: model.safetensors, "
+                   "optimizer.safetensors); state.json records them",
+                   T, [](const std::string& p) {
+                     const bool ok = !p.empty() && p != "." && p != ".." &&
+                                     p.find_first_of("/\\") == std::string::npos &&
+                                     p != "state" && p.rfind('.') != p.size() - 1;
+                     return ok ? std::string()
+                               : std::string("need a plain file name prefix (no '/', not "
+                                             "'state', not ending in '.')");
+                   }));
   t.push_back(text("--inference-dir", &C::inference_dir,
                    "after the last epoch, write the model for inference there (as rn50 export: "
                    "model.json + model.safetensors, and model.onnx in builds with ONNX; BatchNorm "

@@ -17,6 +17,7 @@
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <tuple>
 
 #include "core/check.h"
 #include "core/environment.h"
@@ -309,7 +310,7 @@ void Trainer::setup_model() {
   loss_hist_ = backend_->alloc({cfg_.print_interval}, DType::f32);
   hits_hist_ = backend_->alloc({2 * static_cast<int64_t>(cfg_.print_interval)}, DType::f32);
   input_ = std::make_unique<InputStage>(*backend_, cfg_.data_layout, mo.compute_dtype,
-                                        num_classes_, 2);
+                                        num_classes_, 2, normalization(cfg_));
   SgdOptimizer::Options oo;
   oo.momentum = static_cast<float>(cfg_.momentum);
   oo.weight_decay = static_cast<float>(cfg_.weight_decay);
@@ -488,10 +489,10 @@ void Trainer::run_eval_only() {
         engine->precision());
     r = evaluate([&engine](const Tensor& x) { return engine->run(x); }, num_classes_,
                  Layout::NHWC, DType::f32, *backend_, *val_, cfg_.label_smoothing,
-                 g_log ? cfg_.print_interval : 0, 0, comm_.get());
+                 g_log ? cfg_.print_interval : 0, 0, comm_.get(), normalization(cfg_));
   } else {
     r = evaluate(*model_, *backend_, *val_, cfg_.label_smoothing, g_log ? cfg_.print_interval : 0,
-                 0, comm_.get());
+                 0, comm_.get(), normalization(cfg_));
   }
   out("eval: loss {:.4f} top1 {:.2f}% top5 {:.2f}% ({} images, {:.1f} img/s, {} bad)\n", r.loss,
       r.top1, r.top5, r.images, r.ips, r.bad_samples);
@@ -542,6 +543,7 @@ CheckpointState Trainer::make_state(int epoch) const {
   st.config = config_to_json(cfg_);
   st.config["num_of_class"] = num_classes_;
   st.version = kRn50Version;
+  std::tie(st.model_file, st.optimizer_file) = checkpoint_file_names(cfg_.model_prefix);
   if (loss_scaling_) {
     st.loss_scale = loss_scale_;
     st.skipped_steps = skipped_steps_;
@@ -677,7 +679,8 @@ void Trainer::run_training() {
                          ((epoch + 1) % cfg_.eval_interval == 0 || last_epoch);
     EvalResult ev;
     if (do_eval)
-      ev = evaluate(*model_, *backend_, *val_, cfg_.label_smoothing, 0, 0, comm_.get());
+      ev = evaluate(*model_, *backend_, *val_, cfg_.label_smoothing, 0, 0, comm_.get(),
+                    normalization(cfg_));
 
     int64_t bad_all = bad;
     // Epoch metrics over every rank's samples.
@@ -717,6 +720,9 @@ void Trainer::run_training() {
     if (static_cast<int>(classes_.size()) == num_classes_) m.info.classes = classes_;
     m.info.resize_short = cfg_.resize_short;
     m.info.crop_size = cfg_.crop_size;
+    const Normalization norm = normalization(cfg_);
+    m.info.mean.assign(norm.mean.begin(), norm.mean.end());
+    m.info.std.assign(norm.std.begin(), norm.std.end());
     save_inference_model(m, cfg_.inference_dir);
     const bool onnx = onnx_export_available();
     if (onnx) save_onnx_model(m, (fs::path(cfg_.inference_dir) / kOnnxFile).string());

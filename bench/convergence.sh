@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Does rn50 train like PyTorch? The same recipe, data and flags for several seeds per system:
+# rn50 and ../shared/peers/torch_reference.py (torchvision, channels_last) train in turn, then
+# per-epoch val top-1 is printed as mean and standard deviation per system, with the difference
+# of the means and its standard error, sqrt(sd_rn50^2 / n + sd_torch^2 / n). Verdict: the final
+# epoch's difference must be within two standard errors.
+#   bench/convergence.sh OUT_DIR [IMAGE_ROOT]        (default ../shared/data/imagenette)
+# Environment: SEEDS ("0 1 2"), EPOCHS (5), ARCH (resnet18), CROP (128), BATCH (64),
+# WARMUP (1), WORKERS (2), BUILD_DIR (build), PEER, PYTHON (/usr/bin/python3).
+# rn50 runs with --exact-decode, so that both systems see torchvision's pixels (the crops and
+# their order still come from each system's own random generator). About an hour on a 2-core
+# machine with the defaults; logs and per-epoch JSON go to OUT_DIR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -ge 1 ] || { sed -n '2,12p' "$0"; exit 2; }
+OUT=$1; DATA=${2:-../shared/data/imagenette}
+SEEDS=${SEEDS:-0 1 2}; EPOCHS=${EPOCHS:-5}; ARCH=${ARCH:-resnet18}; CROP=${CROP:-128}
+BATCH=${BATCH:-64}; WARMUP=${WARMUP:-1}; WORKERS=${WORKERS:-2}
+RESIZE=$(( CROP * 256 / 224 ))
+RN50=${BUILD_DIR:-build}/rn50
+PEER=${PEER:-../shared/peers/torch_reference.py}
+PY=${PYTHON:-/usr/bin/python3}
+[ -x "$RN50" ] || { echo "convergence.sh: $RN50 not built (bash scripts/build.sh)" >&2; exit 2; }
+[ -f "$PEER" ] || { echo "convergence.sh: peer $PEER not found" >&2; exit 2; }
+mkdir -p "$OUT"
+for s in $SEEDS; do
+  echo "convergence.sh: seed $s: rn50"
+  "$RN50" train --image-root "$DATA" --arch "$ARCH" --epochs "$EPOCHS" --warmup-epochs "$WARMUP" \
+    --batch-size "$BATCH" --crop-size "$CROP" --resize-short "$RESIZE" --workers "$WORKERS" \
+    --seed "$s" --exact-decode --save-interval 0 --report-file "$OUT/rn50_seed$s.jsonl" \
+    > "$OUT/rn50_seed$s.log" 2>&1
+  echo "convergence.sh: seed $s: torch"
+  "$PY" "$PEER" --data "$DATA" --arch "$ARCH" --epochs "$EPOCHS" --warmup-epochs "$WARMUP" \
+    --batch-size "$BATCH" --crop-size "$CROP" --resize-short "$RESIZE" --workers "$WORKERS" \
+    --seed "$s" --channels-last > "$OUT/torch_seed$s.jsonl" 2> "$OUT/torch_seed$s.log"
+done
+"$PY" - "$OUT" $SEEDS <<'PYEOF'
+import json, math, statistics, sys
+out, seeds = sys.argv[1], sys.argv[2:]
+def rn50(s):
+    rows = [json.loads(l) for l in open(f"{out}/rn50_seed{s}.jsonl")]
+    return {r["epoch"]: r["val.top1"] for r in rows if r.get("type") == "epoch" and "val.top1" in r}
+def torch(s):
+    rows = [json.loads(l) for l in open(f"{out}/torch_seed{s}.jsonl") if l.startswith("{")]
+    return {r["epoch"]: r["val_top1"] for r in rows if "val_top1" in r}
+a, b = [rn50(s) for s in seeds], [torch(s) for s in seeds]
+epochs = sorted(set.intersection(*(set(x) for x in a + b)))
+if not epochs:
+    sys.exit("convergence.sh: no epoch has val top-1 from every run")
+n = len(seeds)
+sd = lambda v: statistics.stdev(v) if len(v) > 1 else float("nan")
+print(f"val top-1 (%) over {n} seeds ({' '.join(seeds)})")
+print("| epoch | rn50 mean | rn50 sd | torch mean | torch sd | diff (rn50 - torch) | std error |")
+print("|---|---|---|---|---|---|---|")
+for e in epochs:
+    va, vb = [x[e] for x in a], [x[e] for x in b]
+    d = statistics.mean(va) - statistics.mean(vb)
+    se = math.sqrt(sd(va) ** 2 / n + sd(vb) ** 2 / n)
+    print(f"| {e} | {statistics.mean(va):.2f} | {sd(va):.2f} | {statistics.mean(vb):.2f} | "
+          f"{sd(vb):.2f} | {d:+.2f} | {se:.2f} |")
+last = epochs[-1]
+va, vb = [x[last] for x in a], [x[last] for x in b]
+d = statistics.mean(va) - statistics.mean(vb)
+se = math.sqrt(sd(va) ** 2 / n + sd(vb) ** 2 / n)
+ok = abs(d) <= 2 * se
+print(f"verdict: final epoch {last}: difference {d:+.2f} points, 2 x std error {2 * se:.2f}: "
+      f"{'WITHIN' if ok else 'OUTSIDE'} two standard errors")
+sys.exit(0 if ok else 1)
+PYEOF
