@@ -173,6 +173,23 @@ TEST(CliFlags, ConfigFileThenCommandLine) {
   EXPECT_NE(row("--arch").find("config"), std::string::npos) << row("--arch");
   EXPECT_NE(row("--arch").find("resnet18"), std::string::npos) << row("--arch");
   EXPECT_NE(row("--lr").find("default"), std::string::npos) << row("--lr");
+  // A report fed back names itself as --report-file: refused rather than overwritten.
+  const std::string report = dir + "/run.jsonl";
+  ASSERT_EQ(run_command(kCli + " train --data synthetic --benchmark --benchmark-steps 1 "
+                               "--benchmark-warmup-steps 0 --batch-size 2 --crop-size 32 "
+                               "--arch resnet18 --num-of-class 10 --report-file " + report,
+                        &out),
+            0)
+      << out;
+  const auto size = std::filesystem::file_size(report);
+  EXPECT_NE(run_command(kCli + " train --config " + report, &out), 0);
+  EXPECT_NE(out.find("would overwrite the report"), std::string::npos) << out;
+  EXPECT_EQ(std::filesystem::file_size(report), size);
+  ASSERT_EQ(run_command(kCli + " train --config " + report + " --report-file " + dir +
+                            "/rerun.jsonl",
+                        &out),
+            0)
+      << out;
   // A bad key: a clear error naming the file and the key, nothing run.
   std::ofstream(file) << "epochz = 3\n";
   EXPECT_NE(run_command(kCli + " train --config " + file + " --data synthetic", &out), 0);

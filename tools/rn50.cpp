@@ -78,6 +78,13 @@ void resolve(rn50::TrainConfig& c, const TrainFlags& tf, const char* command) {
                command);
     rn50::set_flag(c, f, tf.text.at(f.name));
   }
+  // Rerunning a report's configuration would truncate that very report: refuse instead.
+  std::error_code ec;
+  RN50_CHECK(tf.config_file.empty() || c.report_file.empty() ||
+                 !std::filesystem::equivalent(tf.config_file, c.report_file, ec),
+             "--config '{}' is also this run's --report-file: the run would overwrite the report "
+             "it was configured from; pass --report-file with a new name",
+             tf.config_file);
 }
 
 /// rn50 check-data and rn50 bench loader: the data-pipeline commands (library side:
