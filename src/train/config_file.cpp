@@ -3,11 +3,11 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cctype>
-#include <fstream>
-#include <set>
+#include <sstream>
 
 #include "core/check.h"
+#include "core/fileio.h"
+#include "core/report.h"
 #include "train/flags.h"
 
 namespace rn50 {
@@ -41,44 +41,24 @@ std::vector<std::string> json_inputs(const json& v) {
   return out;
 }
 
-/// Keys a report's config line or state.json carries besides the flags (resolved values).
+/// A key a report's config line or state.json carries besides the flags: the config record's
+/// own fields (docs/report-schema.md) that are not also flags (num_of_class is both).
 bool is_run_fact(const std::string& key) {
-  static const std::set<std::string> facts{"type",
-                                           "schema_version",
-                                           "world_size",
-                                           "version",
-                                           "classes",
-                                           "global_batch_size",
-                                           "rank",
-                                           "launcher",
-                                           "communicator",
-                                           "base_lr",
-                                           "steps_per_epoch",
-                                           "backend",
-                                           "resolved_device",
-                                           "compute_dtype",
-                                           "train.samples",
-                                           "val.samples",
-                                           "params",
-                                           "resumed_from",
-                                           "start_epoch",
-                                           "start_step"};
-  return facts.count(key) > 0;
+  return key == "type" || key == "schema_version" ||
+         (report_record_type("config").find(key) != nullptr && flag_for_key(key) == nullptr);
 }
 
 }  // namespace
 
 std::vector<std::string> apply_config_file(TrainConfig& cfg, const std::string& path,
                                            unsigned command) {
-  std::ifstream f(path);
-  RN50_CHECK(f.good(), "--config '{}': cannot open", path);
-  std::string first;
-  for (char ch; f.get(ch);)
-    if (!std::isspace(static_cast<unsigned char>(ch))) {
-      first = ch;
-      break;
-    }
-  f.close();
+  std::string text;
+  try {
+    text = read_file(path);
+  } catch (const Error& e) {
+    RN50_FAIL("--config: {}", e.what());
+  }
+  const size_t first = text.find_first_not_of(" \t\r\n");
   // (flag, its text values) in file order.
   std::vector<std::pair<const FlagSpec*, std::vector<std::string>>> items;
   auto add = [&](const std::string& key, std::vector<std::string> inputs,
@@ -90,16 +70,15 @@ std::vector<std::string> apply_config_file(TrainConfig& cfg, const std::string& 
                path, where, key);
     items.emplace_back(flag, std::move(inputs));
   };
-  if (first == "{") {
+  if (first != std::string::npos && text[first] == '{') {
     // JSON: a checkpoint's state.json (its "config"), a JSON object of flags, or a report
     // (JSON lines: its config line).
     json config;
-    std::ifstream whole(path);
-    const json doc = json::parse(whole, nullptr, /*allow_exceptions=*/false);
+    const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (doc.is_object()) {
       config = doc.contains("config") && doc["config"].is_object() ? doc["config"] : doc;
     } else {
-      std::ifstream lines(path);
+      std::istringstream lines(text);
       for (std::string line; std::getline(lines, line);) {
         const json j = json::parse(line, nullptr, false);
         if (j.is_object() && j.value("type", "") == "config") {
@@ -120,7 +99,8 @@ std::vector<std::string> apply_config_file(TrainConfig& cfg, const std::string& 
   } else {
     std::vector<CLI::ConfigItem> parsed;
     try {
-      parsed = CLI::ConfigTOML().from_file(path);
+      std::istringstream in(text);
+      parsed = CLI::ConfigTOML().from_config(in);
     } catch (const CLI::Error& e) {
       RN50_FAIL("--config '{}': {}", path, e.what());
     }

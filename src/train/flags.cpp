@@ -57,6 +57,18 @@ double parse_real(const std::string& flag, const std::string& text) {
   return v;
 }
 
+/// The numbers of a list flag given as "A,B,C", "A B C" or a mix (each CLI value may hold
+/// several comma-separated numbers).
+std::vector<double> parse_reals(const std::string& flag, const std::vector<std::string>& values) {
+  std::vector<double> x;
+  for (const std::string& s : values) {
+    std::stringstream ss(s);
+    for (std::string e; std::getline(ss, e, ',');)
+      if (!e.empty()) x.push_back(parse_real(flag, e));
+  }
+  return x;
+}
+
 bool parse_bool(const std::string& flag, const std::string& text) {
   if (text == "true" || text == "1" || text == "yes" || text == "on") return true;
   if (text == "false" || text == "0" || text == "no" || text == "off") return false;
@@ -227,12 +239,7 @@ std::vector<FlagSpec> make_table() {
                       T);
     f.get = [](const TrainConfig& c) { return json(c.lr_decay_epochs); };
     f.set = [n = f.name](TrainConfig& c, const std::vector<std::string>& v) {
-      c.lr_decay_epochs.clear();
-      for (const std::string& s : v) {
-        std::stringstream ss(s);
-        for (std::string e; std::getline(ss, e, ',');)
-          if (!e.empty()) c.lr_decay_epochs.push_back(parse_real(n, e));
-      }
+      c.lr_decay_epochs = parse_reals(n, v);
     };
     f.check = [n = f.name](const TrainConfig& c) {
       for (size_t i = 0; i < c.lr_decay_epochs.size(); ++i)
@@ -326,12 +333,7 @@ std::vector<FlagSpec> make_table() {
     FlagSpec f = base(name, "FLOAT ...", help, kTrainCommand);
     f.get = [m](const TrainConfig& c) { return json((c.*m)); };
     f.set = [m, n = f.name](TrainConfig& c, const std::vector<std::string>& v) {
-      std::vector<double> x;
-      for (const std::string& s : v) {
-        std::stringstream ss(s);
-        for (std::string e; std::getline(ss, e, ',');)
-          if (!e.empty()) x.push_back(parse_real(n, e));
-      }
+      const std::vector<double> x = parse_reals(n, v);
       RN50_CHECK(x.size() == 2, "{}: expected two numbers LO,HI, got {}", n, x.size());
       c.*m = {x[0], x[1]};
     };
@@ -354,12 +356,7 @@ std::vector<FlagSpec> make_table() {
     FlagSpec f = base(name, "FLOAT ...", help, kTrainAndEval);
     f.get = [m](const TrainConfig& c) { return json((c.*m)); };
     f.set = [m, n = f.name](TrainConfig& c, const std::vector<std::string>& v) {
-      std::vector<double> x;
-      for (const std::string& s : v) {
-        std::stringstream ss(s);
-        for (std::string e; std::getline(ss, e, ',');)
-          if (!e.empty()) x.push_back(parse_real(n, e));
-      }
+      const std::vector<double> x = parse_reals(n, v);
       RN50_CHECK(x.size() == 3, "{}: expected three numbers R,G,B (one per channel), got {}", n,
                  x.size());
       c.*m = {x[0], x[1], x[2]};

@@ -819,9 +819,10 @@ void Trainer::run_benchmark() {
   rec.set("data_layout", layout_name(cfg_.data_layout));
   rec.set("backend", backend_->name());
   rec.set("device", device_.name);
-  rec.set("precision", cfg_.amp ? std::string("amp_") + cfg_.amp_dtype
-                            : std::string(cfg_.no_tf32 || backend_->name() != "cuda" ? "fp32"
-                                                                                      : "tf32"));
+  const std::string precision =
+      cfg_.amp ? "amp_" + cfg_.amp_dtype
+               : std::string(cfg_.no_tf32 || backend_->name() != "cuda" ? "fp32" : "tf32");
+  rec.set("precision", precision);
   rec.set("graph_replayed_steps", step_->replayed_steps());
   const int64_t mem = backend_->device_memory_used_bytes();
   if (mem >= 0) {
@@ -843,7 +844,7 @@ void Trainer::run_benchmark() {
     r.gpu_memory_used_bytes = mem;
     r.backend = backend_->name();
     r.device = device_.name;
-    r.precision = rec.to_json()["precision"].get<std::string>();
+    r.precision = precision;
     r.communicator = comm_->name();
     r.last_loss = last_loss;
     r.environment = backend_->environment();
@@ -876,22 +877,19 @@ TrainBenchmarkResult benchmark_train(TrainConfig cfg, bool verbose) {
   cfg.benchmark = true;
   const ProcessInfo proc = ProcessInfo::from_environment();
   cfg.world_size = proc.world_size;
-  const bool log = g_log;
+  struct Restore {  // the caller's logging, on return or on an error
+    bool log = g_log;
+    ~Restore() { g_log = log; }
+  } restore;
   g_log = verbose && proc.rank == 0;
   g_prefix.clear();
   TrainBenchmarkResult r;
-  try {
-    validate(cfg);
-    reset_peak_rss();
-    Trainer t(cfg, proc);
-    t.set_benchmark_result(&r);
-    t.run();
-    r.peak_host_rss_bytes = peak_rss_bytes();
-  } catch (...) {
-    g_log = log;
-    throw;
-  }
-  g_log = log;
+  validate(cfg);
+  reset_peak_rss();
+  Trainer t(cfg, proc);
+  t.set_benchmark_result(&r);
+  t.run();
+  r.peak_host_rss_bytes = peak_rss_bytes();
   return r;
 }
 
