@@ -65,6 +65,9 @@ class KrscRefBackend final : public Backend {
   void add_relu_fwd(const Tensor& a, const Tensor& b, Tensor& y) override {
     b_->add_relu_fwd(a, b, y);
   }
+  void add_relu_bwd(const Tensor& y, const Tensor& g1, const Tensor& g2, Tensor& dx) override {
+    b_->add_relu_bwd(y, g1, g2, dx);
+  }
   void maxpool2d_fwd(const Pool2dParams& p, const Tensor& x, Tensor& y) override {
     b_->maxpool2d_fwd(p, x, y);
   }
@@ -91,6 +94,15 @@ class KrscRefBackend final : public Backend {
                         const Tensor& st) override {
     b_->softmax_xent_bwd(p, l, e, s, dz, st);
   }
+  void softmax_xent_mixup_fwd(const Tensor& z, const Tensor& l, const Tensor& lb, float e,
+                              const Tensor& st, Tensor& loss, Tensor& p) override {
+    b_->softmax_xent_mixup_fwd(z, l, lb, e, st, loss, p);
+  }
+  void softmax_xent_mixup_bwd(const Tensor& p, const Tensor& l, const Tensor& lb, float e, float s,
+                              Tensor& dz, const Tensor& st) override {
+    b_->softmax_xent_mixup_bwd(p, l, lb, e, s, dz, st);
+  }
+  void mixup_images(Tensor& x, const Tensor& st) override { b_->mixup_images(x, st); }
   void topk_hits(const Tensor& z, const Tensor& l, Tensor& h) override { b_->topk_hits(z, l, h); }
   void normalize_u8(const Tensor& s, const std::array<float, 3>& m,
                     const std::array<float, 3>& sd, Tensor& d) override {

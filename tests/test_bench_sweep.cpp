@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/report.h"
+#include "rn50/backend.h"
 #include "rn50/bench.h"
 #include "rn50/error.h"
 #include "rn50/report.h"
@@ -28,14 +29,18 @@ TEST(BenchSweep, PrecisionNames) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--precisions 'fp16'"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(backend_precisions("onednn"), std::vector<std::string>{"fp32"});
+  // The CPU trains in fp32, and in bf16 AMP where oneDNN has bf16 kernels.
+  const bool bf16 = make_backend("onednn")->supports(Op::conv2d, DType::bf16, Layout::NHWC);
+  const std::vector<std::string> cpu =
+      bf16 ? std::vector<std::string>{"fp32", "amp_bf16"} : std::vector<std::string>{"fp32"};
+  EXPECT_EQ(backend_precisions("onednn"), cpu);
   EXPECT_EQ(backend_precisions("cuda").size(), 4u);
 }
 
 TEST(BenchSweep, CpuRefusesGpuPrecisions) {
   TrainConfig base;
   base.device = "cpu";
-  for (const char* p : {"tf32", "amp_fp16", "amp_bf16"}) {
+  for (const char* p : {"tf32", "amp_fp16"}) {
     try {
       sweep_point_config(base, p, 8);
       FAIL() << p << " accepted on the CPU";
@@ -48,6 +53,13 @@ TEST(BenchSweep, CpuRefusesGpuPrecisions) {
   EXPECT_TRUE(c.benchmark);
   EXPECT_FALSE(c.amp);
   EXPECT_FALSE(c.no_tf32);  // a CPU flag it would refuse
+  if (make_backend("onednn")->supports(Op::conv2d, DType::bf16, Layout::NHWC)) {
+    TrainConfig b = sweep_point_config(base, "amp_bf16", 8);
+    b.data = DataKind::synthetic;
+    EXPECT_TRUE(b.amp);
+    EXPECT_EQ(b.amp_dtype, "bf16");
+    EXPECT_NO_THROW(validate(b));
+  }
 }
 
 TrainBenchmarkResult run_with(double ips, std::vector<double> steps, double data, double compute,
@@ -105,7 +117,7 @@ TEST(BenchSweep, BadFlags) {
   c.repeats = 0;
   EXPECT_THROW(run_train_sweep(c, out), Error);
   c.repeats = 1;
-  c.precisions = {"amp-bf16"};  // refused before anything runs
+  c.precisions = {"amp-fp16"};  // refused before anything runs (fp16 AMP: CUDA only)
   EXPECT_THROW(run_train_sweep(c, out), Error);
   EXPECT_TRUE(out.str().empty()) << out.str();
 }

@@ -46,7 +46,7 @@ TEST(CliFlags, BadValuesAreRejectedWithTheirFlag) {
       {"train --data synthetic --device cuda", "use --device cpu"},
       {"train --data synthetic --device cuda:1", "--device cuda:1"},
       {"train --data synthetic --device cuda:x", "--device 'cuda:x'"},
-      {"train --data synthetic --device cpu --amp", "--amp: mixed precision runs on the CUDA"},
+      {"train --data synthetic --device cpu --amp", "on the CPU use --amp --amp-dtype bf16"},
       {"train --data synthetic --amp-dtype fp8", "--amp-dtype 'fp8'"},
       {"train --data synthetic --scale-loss 0", "--scale-loss 0"},
       {"train --data synthetic --device tpu", "--device 'tpu'"},

@@ -22,8 +22,10 @@
 //     relu bwd
 //   maxpool bwd                           atol 1e-7  rtol 1e-6   (<= 4 summed contributions)
 //   global avgpool fwd / bwd              atol 1e-6  rtol 1e-5
-//   softmax xent: loss                    atol 1e-6  rtol 1e-5
+//   softmax xent (plain, mixup): loss     atol 1e-6  rtol 1e-5
 //                 probs, dlogits          atol 1e-9  rtol 1e-5
+//   mixup_images                          atol 5e-7  rtol 1e-6   (f32 products and sum; the
+//                                          two terms may cancel)
 //   normalize_u8                          atol 1e-6  rtol 1e-6
 //   sgd_update (params, momentum)         atol 1e-7  rtol 1e-6
 //   copy / zero                           exact
@@ -71,6 +73,7 @@ constexpr Tol kLoss{1e-6, 1e-5};
 constexpr Tol kProbs{1e-9, 1e-5};
 constexpr Tol kNormalize{1e-6, 1e-6};
 constexpr Tol kSgd{1e-7, 1e-6};
+constexpr Tol kMixup{5e-7, 1e-6};
 constexpr Tol kCopy{0, 0};
 
 Tol for_dtype(Tol t, DType dt) {
@@ -388,6 +391,33 @@ TEST_P(OpsBackend, AddAndAddRelu) {
   }
 }
 
+// dx = y > 0 ? g1 + g2 : 0 against the reference, against its definition (add then relu_bwd on
+// the backend itself: bit-identical), in place on g1, and with y in the other layout.
+TEST_P(OpsBackend, AddReluBwd) {
+  REQUIRE_OP(Op::add_relu);
+  for (const auto& shape : kEltShapes) {
+    Tensor y = rand(shape), g1 = rand(shape), g2 = rand(shape);
+    Tensor yd = up(y, dt(), lay()), g1d = up(g1, dt(), lay()), g2d = up(g2, dt(), lay());
+    Tensor dx = out(shape, dt(), lay());
+    be().add_relu_bwd(yd, g1d, g2d, dx);
+    Tensor dxr = rout(shape);
+    ref().add_relu_bwd(rin(y, dt(), lay()), rin(g1, dt(), lay()), rin(g2, dt(), lay()), dxr);
+    check("add_relu_bwd dx", dx, dxr, tol(kExact1));
+    Tensor sum = out(shape, dt(), lay()), two = out(shape, dt(), lay());
+    be().add(g1d, g2d, sum);
+    be().relu_bwd(yd, sum, two);
+    EXPECT_TRUE(all_close("add_relu_bwd = add + relu_bwd [" + cfg() + "]",
+                          test::download(be(), dx), test::download(be(), two), {0, 0}));
+    be().add_relu_bwd(yd, g1d, g2d, g1d);  // in place on g1
+    EXPECT_TRUE(all_close("add_relu_bwd in place [" + cfg() + "]", test::download(be(), g1d),
+                          test::download(be(), two), {0, 0}));
+    const Layout other = lay() == NCHW ? NHWC : NCHW;
+    Tensor dx2 = out(shape, dt(), lay());
+    be().add_relu_bwd(up(y, dt(), other), up(g1, dt(), lay()), g2d, dx2);
+    check("add_relu_bwd dx (y in the other layout)", dx2, dxr, tol(kExact1));
+  }
+}
+
 // Inputs and outputs in different layouts (allowed by the Backend contract).
 TEST_P(OpsBackend, MixedLayouts) {
   REQUIRE_OP(Op::conv2d);
@@ -537,6 +567,78 @@ TEST_P(OpsBackend, SoftmaxXent) {
       Tensor dzr = rout({s.N, s.K});
       ref().softmax_xent_bwd(rin(ph, F32, NCHW), lab, eps, 128.f, dzr, Tensor());
       check("softmax_xent_bwd dlogits (scale 2 x state loss_scale 64)", dz, dzr, kProbs);
+    }
+}
+
+// Mixup targets: row n's target mixes labels[n] and labels_b[n] by state[mixup_lambda]; lam 1
+// and 0 reduce to the plain loss of either label set (checked against the plain reference).
+TEST_P(OpsBackend, SoftmaxXentMixup) {
+  REQUIRE_F32("softmax cross-entropy");
+  REQUIRE_OP(Op::softmax_xent);
+  struct LossShape {
+    int64_t N, K;
+  };
+  for (const LossShape& s : {LossShape{6, 1000}, LossShape{5, 10}})
+    for (float lam : {0.3f, 0.0f, 1.0f, 0.9f}) {
+      const float eps = 0.1f;
+      SCOPED_TRACE(::testing::Message() << "N" << s.N << " K" << s.K << " lam " << lam);
+      Tensor z = rand({s.N, s.K}, -4, 4), a = Tensor::empty({s.N}, DType::i32);
+      Tensor b = Tensor::empty({s.N}, DType::i32);
+      std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(s.K - 1));
+      for (int64_t n = 0; n < s.N; ++n) {
+        a.data_as<int32_t>()[n] = pick(rng_);
+        b.data_as<int32_t>()[n] = n == 0 ? a.data_as<int32_t>()[n] : pick(rng_);  // one equal
+      }
+      Tensor st = step_state(0.1f, 8.f);
+      st.data_as<float>()[StepState::mixup_lambda] = lam;
+      Tensor std_ = up(st, F32, NCHW), ad = up(a, DType::i32, NCHW), bd = up(b, DType::i32, NCHW);
+      Tensor loss = out({1}, F32), probs = out({s.N, s.K}, F32);
+      be().softmax_xent_mixup_fwd(up(z, F32, NCHW), ad, bd, eps, std_, loss, probs);
+      Tensor lossr = rout({1}), probsr = rout({s.N, s.K});
+      ref().softmax_xent_mixup_fwd(rin(z, F32, NCHW), a, b, eps, st, lossr, probsr);
+      check("softmax_xent_mixup_fwd loss", loss, lossr, kLoss);
+      check("softmax_xent_mixup_fwd probs", probs, probsr, kProbs);
+      Tensor ph = host32(probsr);
+      Tensor dz = out({s.N, s.K}, F32);
+      be().softmax_xent_mixup_bwd(up(ph, F32, NCHW), ad, bd, eps, 2.f, dz, std_);
+      Tensor dzr = rout({s.N, s.K});
+      ref().softmax_xent_mixup_bwd(rin(ph, F32, NCHW), a, b, eps, 2.f, dzr, st);
+      check("softmax_xent_mixup_bwd dlogits (scale 2 x state loss_scale 8)", dz, dzr, kProbs);
+      if (lam == 1.f || lam == 0.f) {  // the plain loss of the dominant labels
+        const Tensor& only = lam == 1.f ? a : b;
+        Tensor lp = rout({1}), pp = rout({s.N, s.K}), dp = rout({s.N, s.K});
+        ref().softmax_xent_fwd(rin(z, F32, NCHW), only, eps, lp, pp);
+        ref().softmax_xent_bwd(rin(ph, F32, NCHW), only, eps, 16.f, dp, Tensor());
+        check("softmax_xent_mixup_fwd loss at lam 0/1 = plain loss", loss, lp, kLoss);
+        check("softmax_xent_mixup_bwd at lam 0/1 = plain dlogits", dz, dp, kProbs);
+      }
+    }
+}
+
+TEST_P(OpsBackend, MixupImages) {
+  REQUIRE_OP(Op::mixup);
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{4, 3, 9, 7}, std::vector<int64_t>{5, 3, 16, 16},
+        std::vector<int64_t>{1, 3, 4, 4}})
+    for (float lam : {0.27f, 0.5f, 1.0f}) {
+      SCOPED_TRACE(::testing::Message() << "N" << shape[0] << " lam " << lam);
+      Tensor x = rand(shape, -2, 2);
+      Tensor st = step_state(0.1f, 1.f);
+      st.data_as<float>()[StepState::mixup_lambda] = lam;
+      Tensor xd = up(x, dt(), lay());
+      be().mixup_images(xd, up(st, F32, NCHW));
+      Tensor xr = rin(x, dt(), lay());
+      ref().mixup_images(xr, st);
+      check("mixup_images x", xd, xr, tol(kMixup));
+      // The naive definition, on the rounded input values: x[n] = lam x[n] + (1-lam) x[N-1-n].
+      Tensor xin = rin(x, dt(), NCHW), want = rout(shape);
+      const int64_t N = shape[0], per = x.numel() / N;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < per; ++i)
+          want.data_as<double>()[n * per + i] =
+              lam * xin.data_as<double>()[n * per + i] +
+              (1.0 - lam) * xin.data_as<double>()[(N - 1 - n) * per + i];
+      check("mixup_images x vs the definition", xd, want, tol(kMixup));
     }
 }
 

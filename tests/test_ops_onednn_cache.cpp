@@ -135,7 +135,9 @@ TEST(OnednnCache, RegistryNames) {
   auto be = make_backend("onednn");
   EXPECT_TRUE(be->supports(Op::conv2d, DType::f32, Layout::NHWC));
   EXPECT_TRUE(be->supports(Op::batchnorm, DType::f32, Layout::NCHW));
-  EXPECT_FALSE(be->supports(Op::conv2d, DType::bf16, Layout::NHWC));
+  EXPECT_FALSE(be->supports(Op::conv2d, DType::f16, Layout::NHWC)) << "fp16 compute: CUDA only";
+  EXPECT_FALSE(be->supports(Op::softmax_xent, DType::bf16, Layout::NHWC)) << "the loss is f32";
+  EXPECT_FALSE(be->supports(Op::sgd, DType::bf16, Layout::NHWC)) << "SGD is f32";
 }
 
 // ------------------------------------------------------------------ conv vs loops

@@ -96,8 +96,10 @@ TEST(TrainAmp, KrscComputeCopyMatchesOihw) {
   EXPECT_LE(rel_l2(got.grads, want.grads), 1e-6);
 }
 
-/// fp16 and bf16 passes on `make()`'s backend against an f32 pass on ref (see the file comment).
-void check_half_close_to_f32(const std::function<std::unique_ptr<Backend>()>& make) {
+/// fp16 and bf16 passes (those in `dtypes`) on `make()`'s backend against an f32 pass on ref
+/// (see the file comment).
+void check_half_close_to_f32(const std::function<std::unique_ptr<Backend>()>& make,
+                             std::vector<DType> dtypes = {DType::f16, DType::bf16}) {
   const Batch b = random_batch(8, 64, 10, 2);
   auto ref = make_backend("ref");
   const Pass want = run_pass(*ref, DType::f32, b, 1.f);
@@ -107,6 +109,7 @@ void check_half_close_to_f32(const std::function<std::unique_ptr<Backend>()>& ma
     double logits_tol, grad_tol;
   };
   for (const Case& c : {Case{DType::f16, 1024.f, 1e-2, 2.5e-1}, Case{DType::bf16, 1.f, 6e-2, 6e-1}}) {
+    if (std::find(dtypes.begin(), dtypes.end(), c.dt) == dtypes.end()) continue;
     SCOPED_TRACE(dtype_name(c.dt));
     std::unique_ptr<Backend> be = make();
     const Pass got = run_pass(*be, c.dt, b, c.scale);
@@ -146,6 +149,14 @@ bool have_cuda() {
 TEST(TrainAmp, HalfPrecisionCloseToF32) {
   // The CUDA configuration on the CPU: half compute copies with KRSC weights.
   check_half_close_to_f32([] { return std::make_unique<KrscRefBackend>(); });
+}
+
+// CPU AMP: the oneDNN backend's bf16 kernels (bf16 convolutions, BN, pooling, fc with f32
+// master weights) against f32 on ref, with the bound of the reference's exact bf16 arithmetic.
+TEST(TrainAmp, OnednnBf16CloseToF32) {
+  if (!make_backend("onednn")->supports(Op::conv2d, DType::bf16, Layout::NHWC))
+    GTEST_SKIP() << "oneDNN has no bf16 kernels on this CPU";
+  check_half_close_to_f32([] { return make_backend("onednn"); }, {DType::bf16});
 }
 
 TEST(TrainAmp, CudaHalfPrecisionCloseToF32) {

@@ -103,12 +103,21 @@ TEST(ConfigFile, ShippedConfigs) {
     EXPECT_DOUBLE_EQ(c.momentum, 0.875) << e.path();
     EXPECT_DOUBLE_EQ(c.weight_decay, 1.0 / 32768) << e.path();
     const std::string name = e.path().filename().string();
-    EXPECT_EQ(c.epochs, name.find("_50e_") != std::string::npos ? 50 : 90) << name;
+    const int epochs = name.find("_50e_") != std::string::npos    ? 50
+                       : name.find("_250e_") != std::string::npos ? 250
+                                                                  : 90;
+    EXPECT_EQ(c.epochs, epochs) << name;
+    EXPECT_DOUBLE_EQ(c.mixup, epochs == 250 ? 0.2 : 0.0) << name << ": DLE mixes up for 250 only";
     EXPECT_EQ(c.amp, name.find("_amp") != std::string::npos) << name;
     c.image_root = "/data";
-    if (!c.amp) EXPECT_NO_THROW(validate(c)) << name;  // AMP needs a GPU: refused on the CPU
+    // fp16 AMP needs a GPU: refused on the CPU.
+    if (!c.amp) {
+      EXPECT_NO_THROW(validate(c)) << name;
+    } else {
+      EXPECT_THROW(validate(c), Error) << name;
+    }
   }
-  EXPECT_EQ(n, 4);
+  EXPECT_EQ(n, 6);
 }
 
 TEST(ConfigFile, ErrorsNameFileAndKey) {

@@ -62,6 +62,8 @@ struct StepState {
     found_inf = 3,       ///< 1 when this step's gradients hold an inf/NaN (check_finite)
     growth_tracker = 4,  ///< consecutive finite steps since the scale last changed
     skipped_steps = 5,   ///< total steps skipped for overflow (read back for logging)
+    mixup_lambda = 6,    ///< mixup weight lam of the step (--mixup; written by the host before
+                         ///< the step; read by mixup_images and softmax_xent_mixup_*)
     size = 8
   };
 };
@@ -106,7 +108,7 @@ struct LossScaleParams {
 /// Op families, for supports() queries and the test harness.
 enum class Op {
   conv2d, batchnorm, relu, add, add_relu, maxpool2d, global_avgpool, linear,
-  softmax_xent, topk, normalize_u8, sgd, amp
+  softmax_xent, topk, normalize_u8, sgd, amp, mixup
 };
 
 /// A recorded sequence of backend work (a CUDA graph) that replays with the same tensors.
@@ -217,6 +219,11 @@ class Backend {
   virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;
   /// y = max(a + b, 0): the residual join of a block. Its backward is relu_bwd on y.
   virtual void add_relu_fwd(const Tensor& a, const Tensor& b, Tensor& y) = 0;
+  /// dx = y > 0 ? g1 + g2 : 0: relu_bwd of a join whose output gradient arrives in two parts (a
+  /// residual block's input feeds its branch and its shortcut), fused; equal to add(g1, g2, t)
+  /// then relu_bwd(y, t, dx), the sum rounded once to the dtype. One logical shape and dtype;
+  /// dx may alias g1 or g2 when their layouts agree.
+  virtual void add_relu_bwd(const Tensor& y, const Tensor& g1, const Tensor& g2, Tensor& dx) = 0;
 
   // ---- pooling ----
   /// y (N,C,OH,OW) = max over windows of x (N,C,H,W).
@@ -247,6 +254,20 @@ class Backend {
   virtual void softmax_xent_bwd(const Tensor& probs, const Tensor& labels, float smoothing,
                                 float scale, Tensor& dlogits, const Tensor& state) = 0;
 
+  /// Mixup targets (Zhang et al. 2018, "mixup: Beyond Empirical Risk Minimization"; DLE
+  /// --mixup): as softmax_xent_fwd, with row n's target
+  ///   lam * q(labels[n]) + (1 - lam) * q(labels_b[n]),  lam = state[StepState::mixup_lambda]
+  /// read on the device, i.e. loss = lam * CE(labels) + (1 - lam) * CE(labels_b), both
+  /// label-smoothed (the loss is linear in the target). labels_b: i32 (N), the labels of the
+  /// samples each row was mixed with. state: a step state (required).
+  virtual void softmax_xent_mixup_fwd(const Tensor& logits, const Tensor& labels,
+                                      const Tensor& labels_b, float smoothing, const Tensor& state,
+                                      Tensor& loss, Tensor& probs) = 0;
+  /// dlogits = scale * state[loss_scale] * (probs - q) / N with the mixup target q above.
+  virtual void softmax_xent_mixup_bwd(const Tensor& probs, const Tensor& labels,
+                                      const Tensor& labels_b, float smoothing, float scale,
+                                      Tensor& dlogits, const Tensor& state) = 0;
+
   // ---- metrics ----
   /// Top-1 and top-5 hits of a batch: hits (f32 {2} on the device) is overwritten with the
   /// number of rows of logits (N,K) f32 whose label (i32 (N)) is among the 1, resp. 5, highest
@@ -261,6 +282,14 @@ class Backend {
   /// dtype) in dst's layout, dst = (src / 255 - mean[c]) / std[c].
   virtual void normalize_u8(const Tensor& src, const std::array<float, 3>& mean,
                             const std::array<float, 3>& std, Tensor& dst) = 0;
+
+  /// Mixup of a batch with itself in reversed order (DLE --mixup), in place:
+  ///   x[n] = lam * x[n] + (1 - lam) * x[N-1-n]  for every n,  lam = state[StepState::mixup_lambda]
+  /// read on the device (the pairs (n, N-1-n) are formed from the values before the call; the
+  /// middle sample of an odd batch is unchanged). x: (N,C,H,W) in either layout, the compute
+  /// dtype (the sum is formed in f32, f64 for f64 tensors, and rounded once). Runs after
+  /// normalize_u8, so the mixed images are what the network sees.
+  virtual void mixup_images(Tensor& x, const Tensor& state) = 0;
 
   // ---- optimiser over whole slabs (1-D f32 tensors of equal length) ----
   virtual void sgd_update(const SgdParams& p, Tensor& params, const Tensor& grads,

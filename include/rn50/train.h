@@ -80,6 +80,10 @@ struct TrainConfig {
   double weight_decay = 3.0517578125e-05;
   /// --label-smoothing: epsilon of the smoothed target (DLE 0.1).
   double label_smoothing = 0.1;
+  /// --mixup: alpha of mixup's Beta(alpha, alpha) weight (DLE PyTorch --mixup; 0.2 in its
+  /// 250-epoch configuration); 0 (default) = off. Each sample is mixed with the batch's sample in
+  /// reversed order (train/mixup.h); training top-1/top-5 count against the dominant label.
+  double mixup = 0;
 
   // ---- model ----
   /// --arch: resnet18/34/50/101/152 (default resnet50).
@@ -98,9 +102,10 @@ struct TrainConfig {
 
   // ---- precision (CUDA) ----
   /// --amp: mixed precision (DLE --amp): convolutions, fc and activations in --amp-dtype with
-  /// f32 master weights, BN parameters, loss and optimiser. CUDA only.
+  /// f32 master weights, BN parameters, loss and optimiser. CUDA (fp16, bf16) or the CPU (bf16
+  /// through oneDNN, on CPUs with AVX-512).
   bool amp = false;
-  /// --amp-dtype: fp16 (default; with loss scaling) or bf16 (no loss scaling).
+  /// --amp-dtype: fp16 (default; with loss scaling; CUDA only) or bf16 (no loss scaling).
   std::string amp_dtype = "fp16";
   /// --scale-loss: the (initial) loss scale under --amp fp16 (DLE Paddle flag; 128 as in DLE's
   /// AMP launch scripts).

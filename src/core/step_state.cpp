@@ -81,6 +81,13 @@ float resolve_loss_scale(const char* op, float scale, const Tensor& state) {
   return scale * state.data_as<const float>()[StepState::loss_scale];
 }
 
+float host_mixup_lambda(const char* op, const Tensor& state) {
+  check_host_step_state(op, state);
+  const float lam = state.data_as<const float>()[StepState::mixup_lambda];
+  RN50_CHECK(lam >= 0.f && lam <= 1.f, "{}: the mixup weight {} is outside [0, 1]", op, lam);
+  return lam;
+}
+
 void check_sgd_extras(const char* op, const SgdParams& p, int64_t n) {
   if (p.mask.defined())
     RN50_CHECK(p.mask.dtype() == DType::u8 && p.mask.ndim() == 1 && p.mask.numel() == n,

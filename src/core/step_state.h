@@ -32,5 +32,8 @@ void host_apply_mask(const Tensor& mask, Tensor& params, Tensor& buf);
 /// The loss-scale multiplier of softmax_xent_bwd: scale * state[loss_scale] (state defined) or
 /// scale.
 float resolve_loss_scale(const char* op, float scale, const Tensor& state);
+/// state[StepState::mixup_lambda] of a host step state, checked to lie in [0, 1] (throws
+/// rn50::Error naming `op` otherwise, or when state is not a host step state).
+float host_mixup_lambda(const char* op, const Tensor& state);
 
 }  // namespace rn50

@@ -5,8 +5,13 @@
 namespace rn50 {
 
 InputStage::InputStage(Backend& backend, Layout layout, DType dtype, int num_classes, int slots,
-                       Normalization norm)
-    : backend_(backend), layout_(layout), dtype_(dtype), num_classes_(num_classes), norm_(norm) {
+                       Normalization norm, bool reversed_labels)
+    : backend_(backend),
+      layout_(layout),
+      dtype_(dtype),
+      num_classes_(num_classes),
+      norm_(norm),
+      reversed_labels_(reversed_labels) {
   RN50_CHECK(slots >= 1, "InputStage: slots must be >= 1, got {}", slots);
   slots_.resize(static_cast<size_t>(slots));
 }
@@ -16,6 +21,7 @@ InputStage::~InputStage() {
     for (Slot& s : slots_) {
       if (s.u8.defined()) backend_.forget_input(s.u8);
       if (s.labels.defined()) backend_.forget_input(s.labels);
+      if (s.reversed.defined()) backend_.forget_input(s.reversed);
     }
   } catch (...) {
     // Never throw from a destructor; the backend frees everything at its own end.
@@ -44,8 +50,10 @@ int InputStage::upload(const Batch& b) {
     for (Slot& s : slots_) {
       if (s.u8.defined()) backend_.forget_input(s.u8);
       if (s.labels.defined()) backend_.forget_input(s.labels);
+      if (s.reversed.defined()) backend_.forget_input(s.reversed);
       s.u8 = backend_.alloc(b.images.shape(), DType::u8, Layout::NHWC);
       s.labels = backend_.alloc({b.images.n()}, DType::i32);
+      if (reversed_labels_) s.reversed = backend_.alloc({b.images.n()}, DType::i32);
     }
     x_ = backend_.alloc(b.images.shape(), dtype_, layout_);
   }
@@ -53,6 +61,15 @@ int InputStage::upload(const Batch& b) {
   next_ = (next_ + 1) % num_slots();
   backend_.upload_input(b.images, slots_[s].u8);
   backend_.upload_input(b.labels, slots_[s].labels);
+  if (reversed_labels_) {
+    // upload_input copies (or stages) the source before it returns: a temporary is enough.
+    Tensor rev = Tensor::empty({b.labels.dim(0)}, DType::i32);
+    int32_t* r = rev.data_as<int32_t>();
+    const int32_t* l = b.labels.data_as<const int32_t>();
+    const int64_t n = b.labels.dim(0);
+    for (int64_t i = 0; i < n; ++i) r[i] = l[n - 1 - i];
+    backend_.upload_input(rev, slots_[s].reversed);
+  }
   last_ = s;
   return s;
 }
@@ -61,9 +78,12 @@ void InputStage::normalize(int s) {
   backend_.normalize_u8(slots_[s].u8, norm_.mean, norm_.std, x_);
 }
 
+void InputStage::mixup(const Tensor& state) { backend_.mixup_images(x_, state); }
+
 void InputStage::release(int s) {
   backend_.release_input(slots_[s].u8);
   backend_.release_input(slots_[s].labels);
+  if (slots_[s].reversed.defined()) backend_.release_input(slots_[s].reversed);
 }
 
 void InputStage::load(const Batch& b) {

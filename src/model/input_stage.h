@@ -19,8 +19,10 @@ class InputStage {
   /// num_classes: labels outside [0, num_classes) are rejected on the host (a GPU loss kernel
   /// cannot report them). dtype: the model's compute dtype (f32, f16, bf16).
   /// norm: the mean/std normalize() applies (ImageNet's by default).
+  /// reversed_labels: also upload each batch's labels in reversed order (reversed_labels(s)):
+  /// the labels of the samples mixup mixes each sample with (Backend::mixup_images).
   InputStage(Backend& backend, Layout layout, DType dtype, int num_classes, int slots = 2,
-             Normalization norm = {});
+             Normalization norm = {}, bool reversed_labels = false);
   /// Lets the backend free what it keeps per upload buffer (Backend::forget_input).
   ~InputStage();
   InputStage(const InputStage&) = delete;
@@ -31,6 +33,9 @@ class InputStage {
   int upload(const Batch& b);
   /// Queues normalize_u8 of slot s's images into x().
   void normalize(int s);
+  /// Queues Backend::mixup_images on x() (after normalize): every sample mixed with the
+  /// batch's sample in reversed order, weight state[StepState::mixup_lambda] (a step state).
+  void mixup(const Tensor& state);
   /// The work queued so far is the last to read slot s (see Backend::release_input).
   void release(int s);
   /// upload + normalize + release, for evaluation and prediction.
@@ -39,18 +44,23 @@ class InputStage {
   const Tensor& images(int s) const { return slots_[s].u8; }      ///< u8 (N,3,H,W) NHWC
   const Tensor& labels(int s) const { return slots_[s].labels; }  ///< i32 (N) on the device
   const Tensor& labels() const { return slots_[last_].labels; }   ///< of the last upload
+  /// i32 (N) on the device: labels(s) in reversed order, row n = label of sample N-1-n (only
+  /// with reversed_labels at construction; undefined otherwise), the pairing of
+  /// Backend::mixup_images over the whole buffer (training batches are always full).
+  const Tensor& reversed_labels(int s) const { return slots_[s].reversed; }
   const Tensor& x() const { return x_; }  ///< compute dtype (N,3,H,W), layout of the model
   int num_slots() const { return static_cast<int>(slots_.size()); }
 
  private:
   struct Slot {
-    Tensor u8, labels;
+    Tensor u8, labels, reversed;
   };
   Backend& backend_;
   Layout layout_;
   DType dtype_;
   int num_classes_;
   Normalization norm_;
+  bool reversed_labels_ = false;
   std::vector<Slot> slots_;
   int next_ = 0, last_ = 0;
   Tensor x_;

@@ -52,8 +52,8 @@ ResNet::ResNet(Backend& backend, ArchSpec arch, ModelOptions opt)
   RN50_CHECK(cd == DType::f32 || cd == DType::f16 || cd == DType::bf16,
              "compute dtype must be F32, F16 or BF16, got {}", dtype_name(cd));
   RN50_CHECK(backend.supports(Op::conv2d, cd, m.opt.layout),
-             "the {} backend does not compute in {} with {} activations (AMP needs the cuda "
-             "backend)",
+             "the {} backend does not compute in {} with {} activations (fp16 AMP needs the cuda "
+             "backend; bf16 needs cuda, or oneDNN on a CPU with AVX-512)",
              backend.name(), dtype_name(cd), layout_name(m.opt.layout));
   for (size_t i = 0; i < d.params.size(); ++i) m.param_index[d.params[i].name] = static_cast<int>(i);
   for (size_t i = 0; i < d.buffers.size(); ++i)

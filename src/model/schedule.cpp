@@ -9,7 +9,9 @@
 //
 // Forward runs the steps in order. Backward runs them in reverse; a value read by several steps
 // (a block input: its branch and its shortcut) receives the sum of their gradients (add). At a
-// join, relu_bwd(out, d_out) is the gradient of both inputs, shared by reference.
+// join, relu_bwd(out, d_out) is the gradient of both inputs, shared by reference; when the join's
+// output is such a block input, its two gradient parts go to add_relu_bwd, which sums and masks
+// in one pass (the stem's maxpool output, the first block's input, still gets an add).
 //
 // Memory (planned by walking the steps, identically at construction and for every input shape):
 //   activation arena   every output backward needs (a unit's conv output y and its output when
@@ -280,6 +282,9 @@ void ResNet::Impl::plan(int64_t n, int64_t h, int64_t w) {
 void ResNet::Impl::walk_backward(bool execute, const Tensor* dlogits) {
   SlotPool pool;
   std::vector<int> grad(steps.size(), -1);  // value -> slot holding its gradient
+  // A join output's second gradient part, kept apart so that the join's backward adds the parts
+  // inside add_relu_bwd (one pass) instead of an add followed by relu_bwd.
+  std::vector<int> grad2(steps.size(), -1);
   std::vector<int> order;
   auto slot_view = [&](int s, const Tensor& like) {
     return grad_arena.slice0(s * slot_elems, s * slot_elems + like.numel())
@@ -291,6 +296,18 @@ void ResNet::Impl::walk_backward(bool execute, const Tensor* dlogits) {
     else
       order.push_back(param);
   };
+  // Sums the gradients in slots a and b (one reference each, handed over) of value v.
+  auto add_parts = [&](int v, int a, int b) {
+    const int sum = pool.alloc();
+    if (execute) {
+      const Tensor& like = value(v);
+      Tensor dst = slot_view(sum, like);
+      be.add(slot_view(a, like), slot_view(b, like), dst);
+    }
+    pool.release(a);
+    pool.release(b);
+    return sum;
+  };
   // Adds the gradient in slot `g` (one reference, handed over) to value v's gradient.
   auto contribute = [&](int v, int g) {
     if (v == kInputValue) return pool.release(g);  // no gradient for the network input
@@ -299,15 +316,13 @@ void ResNet::Impl::walk_backward(bool execute, const Tensor* dlogits) {
       have = g;
       return;
     }
-    const int sum = pool.alloc();
-    if (execute) {
-      const Tensor& like = value(v);
-      Tensor dst = slot_view(sum, like);
-      be.add(slot_view(have, like), slot_view(g, like), dst);
+    if (steps[static_cast<size_t>(v)].kind == StepKind::join) {
+      int& second = grad2[static_cast<size_t>(v)];
+      if (second >= 0) have = add_parts(v, have, second);  // a third part (not in ResNet)
+      second = g;
+      return;
     }
-    pool.release(have);
-    pool.release(g);
-    have = sum;
+    have = add_parts(v, have, g);
   };
 
   for (int i = static_cast<int>(steps.size()) - 1; i >= 0; --i) {
@@ -346,13 +361,19 @@ void ResNet::Impl::walk_backward(bool execute, const Tensor* dlogits) {
         break;
       }
       case StepKind::join: {
-        // relu_bwd with the join's output as the mask: the gradient of both inputs.
+        // relu_bwd with the join's output as the mask: the gradient of both inputs. A join
+        // output feeding a block's branch and shortcut has its two gradient parts summed here.
+        const int g2 = grad2[static_cast<size_t>(i)];
         const int dj = pool.alloc();
         if (execute) {
           Tensor d = slot_view(dj, s.out);
-          be.relu_bwd(s.out, slot_view(g, s.out), d);
+          if (g2 >= 0)
+            be.add_relu_bwd(s.out, slot_view(g, s.out), slot_view(g2, s.out), d);
+          else
+            be.relu_bwd(s.out, slot_view(g, s.out), d);
         }
         pool.release(g);
+        if (g2 >= 0) pool.release(g2);
         pool.retain(dj);
         contribute(s.in[0], dj);
         contribute(s.in[1], dj);

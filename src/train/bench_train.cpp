@@ -27,8 +27,18 @@ std::string canonical_precision(const std::string& name) {
   RN50_FAIL("--precisions '{}': expected fp32, tf32, amp-fp16 or amp-bf16", name);
 }
 
+/// The precisions `backend` trains in: CUDA all four; the CPU fp32, and amp_bf16 where oneDNN
+/// has bf16 kernels.
 std::vector<std::string> backend_precisions(const std::string& backend) {
   if (backend == "cuda") return {"fp32", "tf32", "amp_fp16", "amp_bf16"};
+  if (make_backend(backend)->supports(Op::conv2d, DType::bf16, Layout::NHWC))
+    return {"fp32", "amp_bf16"};
+  return {"fp32"};
+}
+
+/// The sweep's precisions without --precisions: all of CUDA's; fp32 on the CPU.
+std::vector<std::string> default_precisions(const std::string& backend) {
+  if (backend == "cuda") return backend_precisions(backend);
   return {"fp32"};
 }
 
@@ -39,7 +49,7 @@ TrainConfig sweep_point_config(const TrainConfig& base, const std::string& preci
   RN50_CHECK(std::find(have.begin(), have.end(), precision) != have.end(),
              "--precisions {}: the {} backend (--device {}) does not train in it; it has {}{}",
              precision, dev.backend, base.device, fmt::join(have, ", "),
-             dev.backend == "cuda" ? "" : " (TF32 and AMP need a CUDA GPU)");
+             dev.backend == "cuda" ? "" : " (TF32 and fp16 AMP need a CUDA GPU)");
   TrainConfig c = base;
   c.batch_size = batch_size;
   c.benchmark = true;
@@ -112,7 +122,7 @@ json run_train_sweep(const TrainSweepConfig& cfg, std::ostream& out) {
   const DeviceChoice dev = resolve_device(cfg.base.device);
   std::vector<std::string> precisions;
   for (const std::string& p : cfg.precisions) precisions.push_back(canonical_precision(p));
-  if (precisions.empty()) precisions = backend_precisions(dev.backend);
+  if (precisions.empty()) precisions = default_precisions(dev.backend);
   // Every point's configuration checked before the first run: a sweep fails in its first
   // second, not after an hour.
   for (const std::string& p : precisions)

@@ -62,10 +62,16 @@ void validate(const TrainConfig& c) {
   for (const FlagSpec& f : train_flags()) f.check(c);
   positive_world_size(c.world_size);
   const DeviceChoice dev = resolve_device(c.device);
-  RN50_CHECK(!c.amp || dev.backend == "cuda",
-             "--amp: mixed precision runs on the CUDA backend only (--device {} resolves to the "
-             "CPU backend, which computes in fp32); drop --amp or use --device cuda",
-             c.device);
+  // CPU AMP is bf16 (oneDNN); fp16 compute with loss scaling is the CUDA backend's.
+  RN50_CHECK(!c.amp || dev.backend == "cuda" || c.amp_dtype == "bf16",
+             "--amp with --amp-dtype {}: fp16 mixed precision runs on the CUDA backend only "
+             "(--device {} resolves to the CPU); on the CPU use --amp --amp-dtype bf16, or "
+             "--device cuda",
+             c.amp_dtype, c.device);
+  RN50_CHECK(!c.amp || dev.backend == "cuda" ||
+                 make_backend(dev.backend)->supports(Op::conv2d, DType::bf16, Layout::NHWC),
+             "--amp --amp-dtype bf16 on the CPU: oneDNN has no bf16 kernels for this CPU (it "
+             "needs AVX-512); drop --amp to train in fp32");
   if (c.data == DataKind::imagefolder)
     RN50_CHECK(!c.image_root.empty(),
                "no images to train or evaluate on: pass --image-root DIR, an ImageFolder root "

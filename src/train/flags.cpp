@@ -262,6 +262,12 @@ std::vector<FlagSpec> make_table() {
   t.push_back(real("--label-smoothing", &C::label_smoothing,
                    "label smoothing epsilon of the loss (training and validation; DLE 0.1)", B,
                    in_range(0, 1, true)));
+  t.push_back(real("--mixup", &C::mixup,
+                   "mixup alpha: each step mixes every image and its smoothed target with the "
+                   "batch's image in reversed order, weight ~ Beta(alpha, alpha) (DLE 0.2 for 250 "
+                   "epochs; 0 = off). Training top1/top5 then count against the dominant label "
+                   "(its own when the weight is >= 0.5)",
+                   T, at_least(0.0)));
   t.push_back(integer("--max-nonfinite-steps", &C::max_nonfinite_steps,
                       "consecutive inf/NaN losses tolerated before the run stops", T,
                       at_least(1)));
@@ -295,11 +301,12 @@ std::vector<FlagSpec> make_table() {
                    }));
   // ---- precision ----
   t.push_back(switch_("--amp", &C::amp,
-                      "mixed precision on CUDA (DLE --amp): --amp-dtype compute, f32 master "
-                      "weights, BN and loss",
+                      "mixed precision (DLE --amp): --amp-dtype compute, f32 master weights, BN "
+                      "and loss; CUDA fp16 or bf16, CPU bf16 (oneDNN, AVX-512)",
                       B));
   t.push_back(choice("--amp-dtype", &C::amp_dtype, {"fp16", "bf16"},
-                     "--amp compute dtype: fp16 (with loss scaling) or bf16", B));
+                     "--amp compute dtype: fp16 (with loss scaling; CUDA) or bf16 (CUDA and CPU)",
+                     B));
   t.push_back(real("--scale-loss", &C::scale_loss, "initial fp16 loss scale (DLE's AMP scripts)",
                    T, [](const double& v) {
                      return v > 0 ? std::string() : std::string("must be a number > 0");

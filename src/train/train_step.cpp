@@ -14,7 +14,7 @@ TrainStep::TrainStep(Backend& backend, ResNet& model, InputStage& input, SgdOpti
   loss_ = be_.alloc({1}, DType::f32);
   // Pageable on purpose: a copy from pageable memory is staged before copy() returns, so the
   // next step may overwrite the value at once (pinned memory would be read when the copy runs).
-  lr_host_ = Tensor::empty({1}, DType::f32);
+  lr_host_ = Tensor::empty({2}, DType::f32);
   set_loss_scale(opt_.loss_scaling ? opt_.initial_loss_scale : 1.f, 0.f);
   if (opt_.bucketer) {
     // Parameter index -> its position in the ready order (the bucketer's numbering).
@@ -56,15 +56,28 @@ const Tensor& TrainStep::logits() const {
 
 void TrainStep::queue_step(int slot) {
   input_.normalize(slot);
+  if (opt_.mixup) {
+    RN50_CHECK(input_.reversed_labels(slot).defined(),
+               "TrainStep: mixup needs an InputStage constructed with reversed labels");
+    input_.mixup(state_);
+  }
   const Tensor& logits = model_.forward(input_.x(), /*train=*/true);
   if (!probs_.defined() || probs_.shape() != logits.shape()) {
     probs_ = be_.alloc(logits.shape(), DType::f32);
     dlogits_ = be_.alloc(logits.shape(), DType::f32);
   }
   const Tensor& labels = input_.labels(slot);
-  be_.softmax_xent_fwd(logits, labels, opt_.label_smoothing, loss_, probs_);
-  be_.softmax_xent_bwd(probs_, labels, opt_.label_smoothing, opt_.loss_grad_scale, dlogits_,
-                       state_);
+  if (opt_.mixup) {
+    const Tensor& partner = input_.reversed_labels(slot);
+    be_.softmax_xent_mixup_fwd(logits, labels, partner, opt_.label_smoothing, state_, loss_,
+                               probs_);
+    be_.softmax_xent_mixup_bwd(probs_, labels, partner, opt_.label_smoothing,
+                               opt_.loss_grad_scale, dlogits_, state_);
+  } else {
+    be_.softmax_xent_fwd(logits, labels, opt_.label_smoothing, loss_, probs_);
+    be_.softmax_xent_bwd(probs_, labels, opt_.label_smoothing, opt_.loss_grad_scale, dlogits_,
+                         state_);
+  }
   model_.backward(dlogits_);
   if (opt_.bucketer) {
     opt_.bucketer->finish();  // summed (= averaged) gradients in the slab
@@ -75,11 +88,18 @@ void TrainStep::queue_step(int slot) {
   if (opt_.loss_scaling) be_.update_loss_scale(opt_.scale, state_);
 }
 
-void TrainStep::run(int slot, double lr) {
-  // The only per-step host input: the lr, copied into the device step state.
+void TrainStep::run(int slot, double lr, double mixup_lambda) {
+  // The only per-step host inputs: the lr (and mixup's lam), copied into the device step state.
   lr_host_.data_as<float>()[0] = static_cast<float>(lr);
   Tensor lr_dev = state_.slice0(StepState::lr, StepState::lr + 1);
-  be_.copy(lr_host_, lr_dev);
+  be_.copy(lr_host_.slice0(0, 1), lr_dev);
+  if (opt_.mixup) {
+    RN50_CHECK(mixup_lambda >= 0.0 && mixup_lambda <= 1.0,
+               "TrainStep: the mixup weight {} is outside [0, 1]", mixup_lambda);
+    lr_host_.data_as<float>()[1] = static_cast<float>(mixup_lambda);
+    Tensor lam_dev = state_.slice0(StepState::mixup_lambda, StepState::mixup_lambda + 1);
+    be_.copy(lr_host_.slice0(1, 2), lam_dev);
+  }
 
   auto g = graphs_.find(slot);
   if (g != graphs_.end()) {

@@ -3,7 +3,8 @@
 //   loss scale read from the step state) -> backward -> [AMP: check_finite of the f32 gradient
 //   slab] -> the optimiser's step (train/optimizer.h: SGD with lr and 1/loss scale from the
 //   step state, skipped on overflow; the AMP compute copy written in the same pass) ->
-//   [AMP: update_loss_scale].
+//   [AMP: update_loss_scale]. With --mixup, mixup_images runs after normalize_u8 and the loss
+//   is softmax_xent_mixup_fwd/bwd against the reversed batch's labels.
 // The per-step scalars live in a device step state (StepState); the host writes only the lr
 // before each step. On backends that can record (CUDA), the step for each input slot runs
 // eagerly once (cuDNN algorithm search, workspace growth) and is then recorded once as a graph
@@ -32,6 +33,10 @@ namespace rn50 {
 
 struct StepOptions {
   float label_smoothing = 0.1f;
+  /// Mixup (DLE --mixup): each step mixes the normalised images with the batch in reversed
+  /// order and trains on the mixed targets (Backend::mixup_images, softmax_xent_mixup_*), with
+  /// the lam given to run(). The InputStage must keep reversed labels.
+  bool mixup = false;
   /// Loss scaling with overflow checks (fp16 AMP). false: scale fixed at initial_loss_scale and
   /// no check (f32, bf16).
   bool loss_scaling = false;
@@ -56,8 +61,9 @@ class TrainStep {
   ~TrainStep();
 
   /// Queues one step on the images and labels uploaded into input slot `slot`, with learning
-  /// rate lr. Returns without waiting for the device.
-  void run(int slot, double lr);
+  /// rate lr and (StepOptions::mixup) mixup weight mixup_lambda in [0, 1]. Returns without
+  /// waiting for the device.
+  void run(int slot, double lr, double mixup_lambda = 1.0);
   /// f32 {1} on the device: the (unscaled) mean loss of the last step.
   const Tensor& loss() const { return loss_; }
   /// f32 (N, classes) on the device: the logits of the last step (f32 even under AMP).

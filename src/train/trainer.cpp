@@ -35,6 +35,7 @@
 #include "train/flags.h"
 #include "model/input_stage.h"
 #include "train/lr_schedule.h"
+#include "train/mixup.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
 #include "train/train_step.h"
@@ -310,7 +311,8 @@ void Trainer::setup_model() {
   loss_hist_ = backend_->alloc({cfg_.print_interval}, DType::f32);
   hits_hist_ = backend_->alloc({2 * static_cast<int64_t>(cfg_.print_interval)}, DType::f32);
   input_ = std::make_unique<InputStage>(*backend_, cfg_.data_layout, mo.compute_dtype,
-                                        num_classes_, 2, normalization(cfg_));
+                                        num_classes_, 2, normalization(cfg_),
+                                        /*reversed_labels=*/cfg_.mixup > 0);
   SgdOptimizer::Options oo;
   oo.momentum = static_cast<float>(cfg_.momentum);
   oo.weight_decay = static_cast<float>(cfg_.weight_decay);
@@ -318,6 +320,7 @@ void Trainer::setup_model() {
   optimizer_ = std::make_unique<SgdOptimizer>(*backend_, *model_, oo);
   StepOptions so;
   so.label_smoothing = static_cast<float>(cfg_.label_smoothing);
+  so.mixup = cfg_.mixup > 0;
   loss_scaling_ = mo.compute_dtype == DType::f16;
   so.loss_scaling = loss_scaling_;
   so.initial_loss_scale = static_cast<float>(cfg_.scale_loss);
@@ -506,12 +509,19 @@ void Trainer::train_step(const Batch& b, double lr, int64_t slot, bool metrics) 
   Backend& be = *backend_;
   comm_->heartbeat();
   const int s = input_->upload(b);
-  step_->run(s, lr);
+  // Mixup's weight of this step, keyed by (seed, global step, rank): a resumed run draws the
+  // same sequence.
+  const double lam =
+      cfg_.mixup > 0 ? mixup_lambda(cfg_.mixup, cfg_.seed, global_step_, proc_.rank) : 1.0;
+  step_->run(s, lr, lam);
   if (metrics) {
     // The step's logits stay intact until the next forward (backward does not write them);
-    // queued before release(s), so the slot's labels are still this batch's.
+    // queued before release(s), so the slot's labels are still this batch's. Under mixup the
+    // hits count against each sample's dominant label (DLE PyTorch: the argmax of the mixed
+    // target), its own for lam >= 0.5, else its partner's.
+    const Tensor& labels = lam >= 0.5 ? input_->labels(s) : input_->reversed_labels(s);
     Tensor hits = hits_hist_.slice0(2 * slot, 2 * slot + 2);
-    be.topk_hits(step_->logits().slice0(0, b.size), input_->labels(s).slice0(0, b.size), hits);
+    be.topk_hits(step_->logits().slice0(0, b.size), labels.slice0(0, b.size), hits);
   }
   input_->release(s);
   Tensor dst = loss_hist_.slice0(slot, slot + 1);

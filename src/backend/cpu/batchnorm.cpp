@@ -8,6 +8,7 @@
 //  * Backward: with p.relu, dy is first masked by y > 0 into dx (eltwise relu backward using the
 //    forward output, i.e. relu_bwd), then batch_normalization_backward (prop_kind::backward) runs
 //    in place on dx, writing dx, dgamma, dbeta.
+// x, y, dy, dx: f32, or bf16 under CPU AMP (gamma, beta and all statistics stay f32).
 // If y (or dx) has a different layout than x, x (dy) is first reordered into y (dx) and the
 // primitive runs in place there.
 #include <cstring>
@@ -33,9 +34,9 @@ int64_t bits(double v) {
 
 void check_bn(const char* op, const Tensor& x, const Tensor& y,
               std::initializer_list<std::pair<const char*, const Tensor*>> vecs) {
-  check_tensor(op, "x", x);
+  const DType dt = compute_dtype_of(op, "x", x);
   RN50_CHECK(x.ndim() == 4, "onednn {}: x must be 4-D, got {}", op, x.str());
-  check_tensor(op, "y", y);
+  check_tensor(op, "y", y, dt);
   check_same_shape(op, x, "x", y, "y");
   for (const auto& [name, t] : vecs) {
     check_tensor(op, name, *t);
@@ -164,7 +165,7 @@ void OnednnBackend::batchnorm_bwd(const BatchNormParams& p, const Tensor& x, con
   check_bn(op, x, dy,
            {{"gamma", &gamma}, {"save_mean", &save_mean}, {"save_var", &save_var},
             {"dgamma", &dgamma}, {"dbeta", &dbeta}});
-  check_tensor(op, "dx", dx);
+  check_tensor(op, "dx", dx, x.dtype());
   check_same_shape(op, x, "x", dx, "dx");
   // The gradient reaching the normalisation: dy masked by the ReLU (or dy itself), in dx's
   // layout. It lands in dx unless dy can be used directly.

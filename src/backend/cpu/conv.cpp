@@ -2,6 +2,7 @@
 // Activations stay in their plain layout (nchw/nhwc); the weight layout is chosen by oneDNN
 // (format_tag::any) and our OIHW weights / weight gradients are reordered into / out of it by
 // cached reorders through the backend's weight scratch buffer.
+// f32, or bf16 throughout (x, w, y and the gradients; oneDNN accumulates in f32) under CPU AMP.
 // Padding: padding_l = padding_r = pad; oneDNN's output size (H + 2*pad - R) / stride + 1 uses
 // the same floor division as torch, so the right padding never contributes an extra output.
 #include "backend/cpu/onednn_backend.h"
@@ -19,19 +20,20 @@ namespace {
 /// Shapes of one convolution, validated against x (N,C,H,W), w (K,C,R,S), y (N,K,OH,OW).
 struct Geo {
   int64_t N, C, H, W, K, R, S, OH, OW;
+  DType dt;  ///< compute dtype of x, w and y (f32 or bf16)
 };
 
 Geo conv_geo(const char* op, const Conv2dParams& p, const Tensor& x, const Tensor& w,
              const Tensor& y) {
-  check_tensor(op, "x", x);
-  check_tensor(op, "w", w);
-  check_tensor(op, "y", y);
+  const DType dt = compute_dtype_of(op, "x", x);
+  check_tensor(op, "w", w, dt);
+  check_tensor(op, "y", y, dt);
   RN50_CHECK(x.ndim() == 4 && w.ndim() == 4 && y.ndim() == 4,
              "onednn {}: expected 4-D tensors, got x {} w {} y {}", op, x.str(), w.str(),
              y.str());
   RN50_CHECK(p.stride >= 1 && p.pad >= 0, "onednn {}: bad stride {} / pad {}", op, p.stride,
              p.pad);
-  Geo g{x.n(), x.c(), x.h(), x.w(), w.n(), w.h(), w.w(), 0, 0};
+  Geo g{x.n(), x.c(), x.h(), x.w(), w.n(), w.h(), w.w(), 0, 0, dt};
   g.OH = (g.H + 2 * p.pad - g.R) / p.stride + 1;
   g.OW = (g.W + 2 * p.pad - g.S) / p.stride + 1;
   RN50_CHECK(w.c() == g.C && g.OH > 0 && g.OW > 0,
@@ -42,10 +44,10 @@ Geo conv_geo(const char* op, const Conv2dParams& p, const Tensor& x, const Tenso
 }
 
 memory::dims wdims(const Geo& g) { return {g.K, g.C, g.R, g.S}; }
-memory::desc any_w(const Geo& g) { return memory::desc(wdims(g), memory::data_type::f32, tag::any); }
+memory::desc any_w(const Geo& g) { return md_of(wdims(g), g.dt, tag::any); }
 /// Our weight tensor's own layout: OIHW (Layout::NCHW) or KRSC = OHWI (Layout::NHWC).
 memory::desc user_w(const Geo& g, const Tensor& w) {
-  return f32_md(wdims(g), w.layout() == Layout::NHWC ? tag::ohwi : tag::oihw);
+  return md_of(wdims(g), g.dt, w.layout() == Layout::NHWC ? tag::ohwi : tag::oihw);
 }
 
 /// Forward primitive descriptor (also the hint of the backward ones).

@@ -67,17 +67,40 @@ memory::desc f32_md(const memory::dims& dims, tag t) {
   return memory::desc(dims, memory::data_type::f32, t);
 }
 
-memory::desc plain_md(const Tensor& t) {
-  RN50_CHECK(t.dtype() == DType::f32, "onednn: only f32 tensors are supported, got {}", t.str());
-  memory::dims dims(t.shape().begin(), t.shape().end());
-  switch (t.ndim()) {
-    case 1: return f32_md(dims, tag::a);
-    case 2: return f32_md(dims, tag::ab);
-    case 3: return f32_md(dims, tag::abc);
-    case 4: return f32_md(dims, t.layout() == Layout::NHWC ? tag::nhwc : tag::nchw);
+memory::data_type dnnl_dtype(DType dt) {
+  switch (dt) {
+    case DType::f32: return memory::data_type::f32;
+    case DType::bf16: return memory::data_type::bf16;
     default: break;
   }
-  return f32_md({t.numel()}, tag::a);
+  RN50_FAIL("onednn: dtype {} is not a compute dtype of this backend (f32, bf16)", dtype_name(dt));
+}
+
+memory::desc md_of(const memory::dims& dims, DType dt, tag t) {
+  return memory::desc(dims, dnnl_dtype(dt), t);
+}
+
+memory::desc plain_md(const Tensor& t) {
+  const DType dt = t.dtype();
+  RN50_CHECK(dt == DType::f32 || dt == DType::bf16,
+             "onednn: only f32 and bf16 tensors are supported, got {}", t.str());
+  memory::dims dims(t.shape().begin(), t.shape().end());
+  switch (t.ndim()) {
+    case 1: return md_of(dims, dt, tag::a);
+    case 2: return md_of(dims, dt, tag::ab);
+    case 3: return md_of(dims, dt, tag::abc);
+    case 4: return md_of(dims, dt, t.layout() == Layout::NHWC ? tag::nhwc : tag::nchw);
+    default: break;
+  }
+  return md_of({t.numel()}, dt, tag::a);
+}
+
+DType compute_dtype_of(const char* op, const char* what, const Tensor& t) {
+  RN50_CHECK(t.defined(), "onednn {}: {} is undefined", op, what);
+  RN50_CHECK(t.is_cpu(), "onednn {}: {} must be a CPU tensor, got {}", op, what, t.str());
+  RN50_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16,
+             "onednn {}: {} must be F32 or BF16, got {}", op, what, t.str());
+  return t.dtype();
 }
 
 void check_tensor(const char* op, const char* what, const Tensor& t, DType dt) {
@@ -114,8 +137,34 @@ void OnednnBackend::clear_cache() {
 }
 
 bool OnednnBackend::supports(Op op, DType dtype, Layout layout) const {
-  // f32 only: AMP (f16/bf16) compute is a CUDA backend feature.
-  return dtype == DType::f32 && (layout == Layout::NCHW || layout == Layout::NHWC);
+  if (layout != Layout::NCHW && layout != Layout::NHWC) return false;
+  if (dtype == DType::f32) return true;
+  if (dtype != DType::bf16) return false;  // fp16 compute: the CUDA backend
+  switch (op) {
+    case Op::softmax_xent:
+    case Op::topk:
+    case Op::sgd:
+    case Op::amp: return false;
+    default: return bf16_available();
+  }
+}
+
+bool OnednnBackend::bf16_available() {
+  static const bool ok = [] {
+    try {
+      dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+      const memory::data_type bf = memory::data_type::bf16;
+      memory::desc x({2, 16, 8, 8}, bf, tag::nhwc), w({16, 16, 3, 3}, bf, tag::any);
+      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
+                                        dnnl::algorithm::convolution_direct, x, w, x, {1, 1},
+                                        {1, 1}, {1, 1});
+      dnnl::convolution_forward::primitive_desc pd(d, eng);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;  // oneDNN has no bf16 kernels for this CPU's ISA
+    }
+  }();
+  return ok;
 }
 
 dnnl::primitive_attr OnednnBackend::attr() {
@@ -188,9 +237,15 @@ void OnednnBackend::copy(const Tensor& src, Tensor& dst) {
   RN50_CHECK(src.is_cpu() && dst.is_cpu(), "onednn copy: tensors must be on the CPU ({} -> {})",
              src.str(), dst.str());
   check_same_shape("copy", src, "src", dst, "dst");
-  RN50_CHECK(src.dtype() == dst.dtype(),
-             "onednn copy: dtype conversion {} -> {} is not supported (f32 only)", src.str(),
-             dst.str());
+  if (src.dtype() != dst.dtype()) {
+    const bool f32_bf16 = (src.dtype() == DType::f32 && dst.dtype() == DType::bf16) ||
+                          (src.dtype() == DType::bf16 && dst.dtype() == DType::f32);
+    RN50_CHECK(f32_bf16,
+               "onednn copy: dtype conversion {} -> {} is not supported (f32 <-> bf16 only)",
+               src.str(), dst.str());
+    reorder(src, dst);
+    return;
+  }
   if (src.data() == dst.data() && eff_layout(src) == eff_layout(dst)) return;
   if (eff_layout(src) == eff_layout(dst)) {
     constexpr size_t kChunk = size_t{1} << 20;  // parallel over 1 MiB chunks
@@ -205,7 +260,7 @@ void OnednnBackend::copy(const Tensor& src, Tensor& dst) {
     }
     return;
   }
-  if (src.dtype() == DType::f32) {
+  if (src.dtype() == DType::f32 || src.dtype() == DType::bf16) {
     reorder(src, dst);
     return;
   }

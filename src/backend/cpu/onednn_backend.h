@@ -91,13 +91,19 @@ class OnednnBackend final : public Backend {
   /// {"onednn", "major.minor.patch"} of the library linked (dnnl_version()).
   std::vector<std::pair<std::string, std::string>> environment() const override;
   Device device() const override { return Device{}; }
-  /// f32 in NCHW or NHWC for every op; false for any other dtype.
+  /// f32 in NCHW or NHWC for every op; bf16 (CPU AMP, `--amp --amp-dtype bf16`) for the
+  /// compute ops (conv, batchnorm, relu, add, pooling, linear, normalize_u8, mixup) when oneDNN
+  /// runs bf16 on this CPU (AVX-512; native bf16 instructions with AVX-512-BF16 / AMX). The
+  /// loss, top-k, SGD and loss-scaling ops are f32 (the model converts the logits).
   bool supports(Op op, DType dtype, Layout layout) const override;
+  /// Whether oneDNN creates bf16 convolutions on this CPU (checked once).
+  static bool bf16_available();
 
   /// Uninitialised 64-byte-aligned host tensor.
   Tensor alloc(std::vector<int64_t> shape, DType dtype, Layout layout = Layout::NCHW) override;
-  /// Host copy, same dtype; 4-D layout changes via a cached oneDNN reorder (f32) or loops (other
-  /// dtypes). Throws rn50::Error on a shape/dtype mismatch or a non-CPU tensor.
+  /// Host copy; 4-D layout changes and f32 <-> bf16 conversions (round to nearest even) via a
+  /// cached oneDNN reorder, layout changes of other dtypes by loops. Throws rn50::Error on a
+  /// shape mismatch, another dtype conversion or a non-CPU tensor.
   void copy(const Tensor& src, Tensor& dst) override;
   void zero(Tensor& dst) override;
   /// stream.wait().
@@ -123,6 +129,7 @@ class OnednnBackend final : public Backend {
   void relu_bwd(const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void add(const Tensor& a, const Tensor& b, Tensor& y) override;
   void add_relu_fwd(const Tensor& a, const Tensor& b, Tensor& y) override;
+  void add_relu_bwd(const Tensor& y, const Tensor& g1, const Tensor& g2, Tensor& dx) override;
 
   void maxpool2d_fwd(const Pool2dParams& p, const Tensor& x, Tensor& y) override;
   void maxpool2d_bwd(const Pool2dParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
@@ -138,6 +145,13 @@ class OnednnBackend final : public Backend {
                         Tensor& probs) override;
   void softmax_xent_bwd(const Tensor& probs, const Tensor& labels, float smoothing, float scale,
                         Tensor& dlogits, const Tensor& state) override;
+  void softmax_xent_mixup_fwd(const Tensor& logits, const Tensor& labels, const Tensor& labels_b,
+                              float smoothing, const Tensor& state, Tensor& loss,
+                              Tensor& probs) override;
+  void softmax_xent_mixup_bwd(const Tensor& probs, const Tensor& labels, const Tensor& labels_b,
+                              float smoothing, float scale, Tensor& dlogits,
+                              const Tensor& state) override;
+  void mixup_images(Tensor& x, const Tensor& state) override;
   void topk_hits(const Tensor& logits, const Tensor& labels, Tensor& hits) override;
 
   void normalize_u8(const Tensor& src, const std::array<float, 3>& mean,
@@ -192,7 +206,7 @@ class OnednnBackend final : public Backend {
   /// (invalidating the slot's previous pointer), never shrinks.
   void* scratch(ScratchSlot slot, size_t bytes);
   /// dst = src through a cached oneDNN reorder between their plain descriptors (a 4-D layout
-  /// change). Same logical shape, f32.
+  /// change and/or an f32 <-> bf16 conversion). Same logical shape.
   void reorder(const Tensor& src, const Tensor& dst);
 
  private:
@@ -218,11 +232,18 @@ enum class Tag : int64_t {
 /// A key starting with `tag`.
 inline Key key(Tag tag) { Key k; k.add(static_cast<int64_t>(tag)); return k; }
 
-/// The oneDNN f32 memory descriptor of `t` in its plain layout: 4-D -> nchw/nhwc by its layout,
-/// other ranks -> dense row-major.
+/// The oneDNN memory descriptor of `t` (f32 or bf16) in its plain layout: 4-D -> nchw/nhwc by
+/// its layout, other ranks -> dense row-major. Throws rn50::Error for other dtypes.
 dnnl::memory::desc plain_md(const Tensor& t);
 /// Plain f32 memory descriptor for `dims` with `tag`.
 dnnl::memory::desc f32_md(const dnnl::memory::dims& dims, dnnl::memory::format_tag tag);
+/// Memory descriptor for `dims` with `tag` in dtype `dt` (f32 or bf16).
+dnnl::memory::desc md_of(const dnnl::memory::dims& dims, DType dt, dnnl::memory::format_tag tag);
+/// oneDNN's data type for an rn50 compute dtype (f32 or bf16); throws rn50::Error otherwise.
+dnnl::memory::data_type dnnl_dtype(DType dt);
+/// The compute dtype of activation/weight tensor `t` (f32, or bf16 under CPU AMP): throws
+/// rn50::Error naming `op` unless t is a defined CPU tensor of one of them.
+DType compute_dtype_of(const char* op, const char* what, const Tensor& t);
 /// The effective memory order of `t`: its layout when 4-D, NCHW (row-major) otherwise.
 inline Layout eff_layout(const Tensor& t) { return t.ndim() == 4 ? t.layout() : Layout::NCHW; }
 /// Throws rn50::Error naming `op` unless `t` is a defined CPU tensor of dtype `dt`.

@@ -3,10 +3,12 @@
 // argmax from x exactly as torch's CPU max_pool2d does (first maximum in row-major window order,
 // strict '>' with NaN taking over; padding never selected) and routes dy there, summing where
 // windows overlap. This avoids keeping oneDNN's forward workspace between calls.
+// f32, or bf16 under CPU AMP (the backward loop then sums in float and rounds once).
 #include <cmath>
 #include <limits>
 
 #include "backend/cpu/onednn_backend.h"
+#include "core/bf16.h"
 #include "core/check.h"
 
 namespace rn50::onednn {
@@ -24,8 +26,8 @@ struct PoolEntry : CacheEntry {
 
 /// Validates x (N,C,H,W) and y (N,C,OH,OW) for max pooling with `p`.
 void check_maxpool(const char* op, const Pool2dParams& p, const Tensor& x, const Tensor& y) {
-  check_tensor(op, "x", x);
-  check_tensor(op, "y", y);
+  const DType dt = compute_dtype_of(op, "x", x);
+  check_tensor(op, "y", y, dt);
   RN50_CHECK(x.ndim() == 4, "onednn {}: x must be 4-D, got {}", op, x.str());
   RN50_CHECK(p.kernel >= 1 && p.stride >= 1 && p.pad >= 0 && 2 * p.pad <= p.kernel,
              "onednn {}: bad kernel {} / stride {} / pad {}", op, p.kernel, p.stride, p.pad);
@@ -48,7 +50,67 @@ Strides strides_of(const Tensor& t) {
 
 /// (N,C,1,1) descriptor of the pooled output of `x`, in x's 4-D tag.
 memory::desc pooled_md(const Tensor& x) {
-  return f32_md({x.n(), x.c(), 1, 1}, x.layout() == Layout::NHWC ? tag::nhwc : tag::nchw);
+  return md_of({x.n(), x.c(), 1, 1}, x.dtype(), x.layout() == Layout::NHWC ? tag::nhwc : tag::nchw);
+}
+
+/// Element access of the maxpool backward loop: f32 directly, bf16 through float (exact: a bf16
+/// value widens exactly; the sum of overlapping windows' gradients is formed in float and
+/// rounded once per element at the end).
+inline float load(const float* p, int64_t i) { return p[i]; }
+inline float load(const uint16_t* p, int64_t i) { return bf16_to_float(p[i]); }
+
+/// The maxpool backward loop (see the file comment) on element type T (float or bf16 bits);
+/// dx accumulates into `acc` (float, dx's layout), which is then stored into dx.
+template <class T>
+void maxpool_bwd_loop(const Pool2dParams& p, const Tensor& x, const Tensor& dy, Tensor& dx,
+                      float* acc) {
+  const int64_t N = x.n(), C = x.c(), H = x.h(), W = x.w(), OH = dy.h(), OW = dy.w();
+  const int K = p.kernel, S = p.stride, P = p.pad;
+  const Strides xs = strides_of(x), gs = strides_of(dy), ds = strides_of(dx);
+  const T* xp = x.data_as<const T>();
+  const T* gp = dy.data_as<const T>();
+  constexpr int64_t CB = 64;  // channel block (channels-last inner loop)
+  const int64_t NCB = (C + CB - 1) / CB;
+  const bool chan_inner = x.layout() == Layout::NHWC;
+  // Parallel over (n, channel block): each task owns its dx slice, so no races.
+  const int64_t tasks = chan_inner ? N * NCB : N * C;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t n = chan_inner ? t / NCB : t / C;
+    const int64_t c0 = chan_inner ? (t % NCB) * CB : t % C;
+    const int64_t cn = chan_inner ? std::min(CB, C - c0) : 1;
+    float best[CB];
+    int64_t arg[CB];
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const int64_t h0 = std::max<int64_t>(oh * S - P, 0);
+      const int64_t h1 = std::min<int64_t>(oh * S - P + K, H);
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const int64_t w0 = std::max<int64_t>(ow * S - P, 0);
+        const int64_t w1 = std::min<int64_t>(ow * S - P + K, W);
+        for (int64_t c = 0; c < cn; ++c) {
+          best[c] = -std::numeric_limits<float>::infinity();
+          arg[c] = h0 * W + w0;
+        }
+        for (int64_t ih = h0; ih < h1; ++ih) {
+          for (int64_t iw = w0; iw < w1; ++iw) {
+            const int64_t base = n * xs.n + ih * xs.h + iw * xs.w + c0 * xs.c;
+            for (int64_t c = 0; c < cn; ++c) {
+              const float v = load(xp, base + c * xs.c);
+              if (v > best[c] || std::isnan(v)) {
+                best[c] = v;
+                arg[c] = ih * W + iw;
+              }
+            }
+          }
+        }
+        const int64_t gbase = n * gs.n + oh * gs.h + ow * gs.w + c0 * gs.c;
+        for (int64_t c = 0; c < cn; ++c) {
+          const int64_t ih = arg[c] / W, iw = arg[c] % W;
+          acc[n * ds.n + ih * ds.h + iw * ds.w + (c0 + c) * ds.c] += load(gp, gbase + c * gs.c);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -75,63 +137,29 @@ void OnednnBackend::maxpool2d_bwd(const Pool2dParams& p, const Tensor& x, const 
                                   const Tensor& dy, Tensor& dx) {
   const char* op = "maxpool2d_bwd";
   check_maxpool(op, p, x, dy);
-  check_tensor(op, "dx", dx);
+  check_tensor(op, "dx", dx, x.dtype());
   check_same_shape(op, x, "x", dx, "dx");
-  const int64_t N = x.n(), C = x.c(), H = x.h(), W = x.w(), OH = dy.h(), OW = dy.w();
-  const int K = p.kernel, S = p.stride, P = p.pad;
-  const Strides xs = strides_of(x), gs = strides_of(dy), ds = strides_of(dx);
-  const float* xp = x.data_as<const float>();
-  const float* gp = dy.data_as<const float>();
-  float* dp = dx.data_as<float>();
-  zero(dx);
-  constexpr int64_t CB = 64;  // channel block (channels-last inner loop)
-  const int64_t NCB = (C + CB - 1) / CB;
-  const bool chan_inner = x.layout() == Layout::NHWC;
-  // Parallel over (n, channel block): each task owns its dx slice, so no races.
-  const int64_t tasks = chan_inner ? N * NCB : N * C;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < tasks; ++t) {
-    const int64_t n = chan_inner ? t / NCB : t / C;
-    const int64_t c0 = chan_inner ? (t % NCB) * CB : t % C;
-    const int64_t cn = chan_inner ? std::min(CB, C - c0) : 1;
-    float best[CB];
-    int64_t arg[CB];
-    for (int64_t oh = 0; oh < OH; ++oh) {
-      const int64_t h0 = std::max<int64_t>(oh * S - P, 0);
-      const int64_t h1 = std::min<int64_t>(oh * S - P + K, H);
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        const int64_t w0 = std::max<int64_t>(ow * S - P, 0);
-        const int64_t w1 = std::min<int64_t>(ow * S - P + K, W);
-        for (int64_t c = 0; c < cn; ++c) {
-          best[c] = -std::numeric_limits<float>::infinity();
-          arg[c] = h0 * W + w0;
-        }
-        for (int64_t ih = h0; ih < h1; ++ih) {
-          for (int64_t iw = w0; iw < w1; ++iw) {
-            const float* px = xp + n * xs.n + ih * xs.h + iw * xs.w + c0 * xs.c;
-            for (int64_t c = 0; c < cn; ++c) {
-              const float v = px[c * xs.c];
-              if (v > best[c] || std::isnan(v)) {
-                best[c] = v;
-                arg[c] = ih * W + iw;
-              }
-            }
-          }
-        }
-        const float* pg = gp + n * gs.n + oh * gs.h + ow * gs.w + c0 * gs.c;
-        for (int64_t c = 0; c < cn; ++c) {
-          const int64_t ih = arg[c] / W, iw = arg[c] % W;
-          dp[n * ds.n + ih * ds.h + iw * ds.w + (c0 + c) * ds.c] += pg[c * gs.c];
-        }
-      }
-    }
+  check_tensor(op, "dy", dy, x.dtype());
+  if (x.dtype() == DType::f32) {
+    zero(dx);
+    maxpool_bwd_loop<float>(p, x, dy, dx, dx.data_as<float>());
+    return;
   }
+  // bf16: accumulate in a float buffer in dx's layout, then round once.
+  const int64_t n = dx.numel();
+  float* acc = static_cast<float*>(scratch(kScratchWork, static_cast<size_t>(n) * sizeof(float)));
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) acc[i] = 0.f;
+  maxpool_bwd_loop<uint16_t>(p, x, dy, dx, acc);
+  uint16_t* d = dx.data_as<uint16_t>();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(acc[i]);
 }
 
 void OnednnBackend::global_avgpool_fwd(const Tensor& x, Tensor& y) {
   const char* op = "global_avgpool_fwd";
-  check_tensor(op, "x", x);
-  check_tensor(op, "y", y);
+  const DType dt = compute_dtype_of(op, "x", x);
+  check_tensor(op, "y", y, dt);
   RN50_CHECK(x.ndim() == 4, "onednn {}: x must be 4-D, got {}", op, x.str());
   check_shape(op, "y", y, {x.n(), x.c()});
   Key k = key(Tag::avgpool_fwd).add(x);
@@ -154,8 +182,8 @@ void OnednnBackend::global_avgpool_fwd(const Tensor& x, Tensor& y) {
 
 void OnednnBackend::global_avgpool_bwd(const Tensor& dy, Tensor& dx) {
   const char* op = "global_avgpool_bwd";
-  check_tensor(op, "dy", dy);
-  check_tensor(op, "dx", dx);
+  const DType dt = compute_dtype_of(op, "dy", dy);
+  check_tensor(op, "dx", dx, dt);
   RN50_CHECK(dx.ndim() == 4, "onednn {}: dx must be 4-D, got {}", op, dx.str());
   check_shape(op, "dy", dy, {dx.n(), dx.c()});
   Key k = key(Tag::avgpool_bwd).add(dx);

@@ -3,8 +3,10 @@
 //   g = grad_scale * grad (+ weight_decay * p for the first decay_count elements)
 //   buf = momentum * buf + g;  p = p - lr * buf.
 // Plain OpenMP loops, vectorisable (the decayed and undecayed ranges are separate loops); then
-// the optional mask (SgdParams; no compute copy: this backend computes in f32 only).
+// the optional mask and the optional bf16 compute copy (CPU AMP: the weights the next step's
+// bf16 convolutions read, written after the mask so masked weights are exact zeros there too).
 #include "backend/cpu/onednn_backend.h"
+#include "core/bf16.h"
 #include "core/check.h"
 #include "core/step_state.h"
 
@@ -27,8 +29,11 @@ void OnednnBackend::sgd_update(const SgdParams& p, Tensor& params, const Tensor&
   float* __restrict b = momentum_buf.data_as<float>();
   check_sgd_extras("onednn sgd_update", p, n);
   if (p.mask.defined()) check_tensor(op, "mask", p.mask, DType::u8);
-  RN50_CHECK(!p.compute_copy.defined(),
-             "onednn {}: no compute copy: the oneDNN backend computes in f32 only", op);
+  uint16_t* cc = nullptr;
+  if (p.compute_copy.defined()) {
+    check_tensor(op, "compute_copy", p.compute_copy, DType::bf16);
+    cc = p.compute_copy.data_as<uint16_t>();
+  }
   const SgdStep st = resolve_sgd_step("onednn sgd_update", p);
   if (st.skip) return;  // an AMP step whose gradients overflowed
   const float lr = st.lr, mom = p.momentum, wd = p.weight_decay, gs = st.grad_scale;
@@ -47,6 +52,10 @@ void OnednnBackend::sgd_update(const SgdParams& p, Tensor& params, const Tensor&
     w[i] -= lr * bi;
   }
   if (p.mask.defined()) host_apply_mask(p.mask, params, momentum_buf);
+  if (cc) {  // the bf16 weights of the next CPU AMP step, rounded to nearest even
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) cc[i] = float_to_bf16(w[i]);
+  }
 }
 
 void OnednnBackend::check_finite(const Tensor& x, Tensor& state) {

@@ -4,6 +4,8 @@
 //   relu_bwd      dx = y > 0 ? dy : 0         (torch threshold_backward on the forward output)
 //   add           y  = a + b
 //   add_relu_fwd  y  = max(a + b, 0)          (its backward is relu_bwd on y)
+//   add_relu_bwd  dx = y > 0 ? g1 + g2 : 0    (relu_bwd of a join whose gradient came in two
+//                                              parts: add + relu_bwd in one pass)
 // Operands: one logical shape (any rank) and one dtype (f32, f16 or bf16; computed in float,
 // rounded once on store). 4-D operands may each be NCHW or NHWC.
 // Kernels:
@@ -134,7 +136,45 @@ void launch_eltwise(const CudaBackend& be, const char* op_name, Op op, const cha
   });
 }
 
+/// dx[i] = y[i] > 0 ? g1[i] + g2[i] : 0 over n elements in one memory order (sum in float,
+/// rounded once).
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    add_relu_bwd_kernel(const T* __restrict__ y, const T* g1, const T* g2, T* dx, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const float s = to_float(g1[i]) + to_float(g2[i]);
+    dx[i] = from_float<T>(to_float(y[i]) > 0.f ? s : 0.f);
+  }
+}
+
 }  // namespace
+
+void CudaBackend::add_relu_bwd(const Tensor& y, const Tensor& g1, const Tensor& g2, Tensor& dx) {
+  const char* op = "add_relu_bwd";
+  check_float_tensor(*this, op, "y", y);
+  check_float_tensor(*this, op, "g1", g1);
+  check_float_tensor(*this, op, "g2", g2);
+  check_float_tensor(*this, op, "dx", dx);
+  check_same(op, "y", y, "g1", g1);
+  check_same(op, "y", y, "g2", g2);
+  check_same(op, "y", y, "dx", dx);
+  if (!(same_order(y, dx) && same_order(g1, dx) && same_order(g2, dx))) {
+    // Mixed layouts (not in the model's schedule): the two ops, in place on dx.
+    add(g1, g2, dx);
+    relu_bwd(y, dx, dx);
+    return;
+  }
+  const int64_t n = dx.numel();
+  if (n == 0) return;
+  dispatch_float(dx.dtype(), op, dx, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    add_relu_bwd_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream()>>>(
+        y.data_as<const T>(), g1.data_as<const T>(), g2.data_as<const T>(), dx.data_as<T>(), n);
+    RN50_CUDA_LAUNCH_CHECK();
+  });
+}
 
 void CudaBackend::relu_fwd(const Tensor& x, Tensor& y) {
   launch_eltwise(*this, "relu_fwd", ReluOp{}, "x", x, nullptr, nullptr, "y", y);

@@ -50,8 +50,9 @@ __device__ A block_reduce(A v, A* s) {
 
 /// Block n: row n of logits z (K values). Writes probs row n and row_loss[n] (double).
 __global__ void __launch_bounds__(kLossThreads)
-    xent_fwd_rows(const float* __restrict__ z, const int32_t* __restrict__ labels, int64_t K,
-                  double eps, float* __restrict__ probs, double* __restrict__ row_loss) {
+    xent_fwd_rows(const float* __restrict__ z, const int32_t* __restrict__ labels,
+                  const int32_t* __restrict__ labels_b, const float* __restrict__ state,
+                  int64_t K, double eps, float* __restrict__ probs, double* __restrict__ row_loss) {
   __shared__ float s_max[kLossThreads / 32];
   __shared__ double s_sum[kLossThreads / 32];
   const int64_t n = blockIdx.x;
@@ -72,10 +73,13 @@ __global__ void __launch_bounds__(kLossThreads)
   for (int64_t k = threadIdx.x; k < K; k += kLossThreads)
     pr[k] = static_cast<float>(exp(static_cast<double>(zr[k]) - lse));
   if (threadIdx.x == 0) {
-    const int32_t label = labels[n];
+    const int32_t a = labels[n];
+    const int32_t b = labels_b ? labels_b[n] : a;
+    const double lam = labels_b ? static_cast<double>(state[StepState::mixup_lambda]) : 1.0;
     const double Kd = static_cast<double>(K);
-    row_loss[n] = label >= 0 && label < K
-                      ? (1.0 - eps) * (lse - static_cast<double>(zr[label])) +
+    row_loss[n] = a >= 0 && a < K && b >= 0 && b < K
+                      ? (1.0 - eps) * (lam * (lse - static_cast<double>(zr[a])) +
+                                       (1.0 - lam) * (lse - static_cast<double>(zr[b]))) +
                             eps / Kd * (Kd * lse - sz)
                       : static_cast<double>(NAN);
   }
@@ -91,21 +95,26 @@ __global__ void __launch_bounds__(kLossThreads)
   if (threadIdx.x == 0) loss[0] = static_cast<float>(s / static_cast<double>(N));
 }
 
-/// dlogits[n,k] = f * (p[n,k] - q[n,k]), f = scale * (state ? state[loss_scale] : 1) / N.
+/// dlogits[n,k] = f * (p[n,k] - q[n,k]), f = scale * (state ? state[loss_scale] : 1) / N;
+/// with labels_b (mixup; state then required) q mixes the two labels by state[mixup_lambda].
 __global__ void __launch_bounds__(kThreads)
     xent_bwd_kernel(const float* __restrict__ probs, const int32_t* __restrict__ labels,
-                    int64_t N, int64_t K, double eps, float scale,
-                    const float* __restrict__ state, float* __restrict__ dlogits) {
+                    const int32_t* __restrict__ labels_b, int64_t N, int64_t K, double eps,
+                    float scale, const float* __restrict__ state, float* __restrict__ dlogits) {
   const double f = static_cast<double>(scale) *
                    (state ? static_cast<double>(state[StepState::loss_scale]) : 1.0) /
                    static_cast<double>(N);
   const double off = eps / static_cast<double>(K);
+  const double lam = labels_b ? static_cast<double>(state[StepState::mixup_lambda]) : 1.0;
   const int64_t total = N * K;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += stride) {
     const int64_t n = i / K, k = i - n * K;
-    const double q = (k == labels[n] ? 1.0 - eps : 0.0) + off;  // invalid label: no target
+    // An invalid label matches no class: no target there.
+    const double t = labels_b ? (k == labels[n] ? lam : 0.0) + (k == labels_b[n] ? 1.0 - lam : 0.0)
+                              : (k == labels[n] ? 1.0 : 0.0);
+    const double q = (1.0 - eps) * t + off;
     dlogits[i] = static_cast<float>(f * (static_cast<double>(probs[i]) - q));
   }
 }
@@ -150,59 +159,99 @@ void check_nk(const CudaBackend& be, const char* op, const char* name, const Ten
              "cuda {}: {} is {}, expected F32 ({},{})", op, name, t.str(), N, K);
 }
 
-}  // namespace
-
-void CudaBackend::softmax_xent_fwd(const Tensor& logits, const Tensor& labels, float smoothing,
-                                   Tensor& loss, Tensor& probs) {
-  const char* op = "softmax_xent_fwd";
-  check_device(op, "logits", logits);
+/// The loss with row n's target lam * q(labels[n]) + (1 - lam) * q(labels_b[n]),
+/// lam = state[mixup_lambda] (labels_b null: the plain loss).
+void xent_fwd(CudaBackend& be, const char* op, const Tensor& logits, const Tensor& labels,
+              const Tensor* labels_b, const float* state, float smoothing, Tensor& loss,
+              Tensor& probs) {
+  be.check_device(op, "logits", logits);
   RN50_CHECK(logits.dtype() == DType::f32 && logits.ndim() == 2 && logits.dim(0) > 0 &&
                  logits.dim(1) > 0,
              "cuda {}: logits {} must be F32 (N,K) with N, K > 0", op, logits.str());
   const int64_t N = logits.dim(0), K = logits.dim(1);
-  check_nk(*this, op, "probs", probs, N, K);
-  check_device(op, "loss", loss);
+  check_nk(be, op, "probs", probs, N, K);
+  be.check_device(op, "loss", loss);
   RN50_CHECK(loss.dtype() == DType::f32 && loss.numel() == 1,
              "cuda {}: loss is {}, expected F32 {{1}}", op, loss.str());
-  check_labels(*this, op, labels, N);
+  check_labels(be, op, labels, N);
+  if (labels_b) check_labels(be, op, *labels_b, N);
   RN50_CHECK(smoothing >= 0.f && smoothing <= 1.f,
              "cuda {}: label smoothing {} not in [0, 1]", op, smoothing);
   RN50_CHECK(N <= 0x7fffffff, "cuda {}: {} rows exceed the grid limit", op, N);
   // At least kMinScratchRows rows, so that a later call with a larger batch (evaluation) does
   // not reallocate the buffer under a captured training graph that recorded its address.
   const size_t rows = std::max<size_t>(static_cast<size_t>(N), kMinScratchRows);
-  double* row_loss = static_cast<double*>(loss_scratch.ensure(rows * sizeof(double)));
-  xent_fwd_rows<<<static_cast<unsigned>(N), kLossThreads, 0, stream()>>>(
-      logits.data_as<const float>(), labels.data_as<const int32_t>(), K, smoothing,
+  double* row_loss = static_cast<double*>(be.loss_scratch.ensure(rows * sizeof(double)));
+  xent_fwd_rows<<<static_cast<unsigned>(N), kLossThreads, 0, be.stream()>>>(
+      logits.data_as<const float>(), labels.data_as<const int32_t>(),
+      labels_b ? labels_b->data_as<const int32_t>() : nullptr, state, K, smoothing,
       probs.data_as<float>(), row_loss);
   RN50_CUDA_LAUNCH_CHECK();
-  xent_fwd_mean<<<1, kLossThreads, 0, stream()>>>(row_loss, N, loss.data_as<float>());
+  xent_fwd_mean<<<1, kLossThreads, 0, be.stream()>>>(row_loss, N, loss.data_as<float>());
   RN50_CUDA_LAUNCH_CHECK();
+}
+
+void xent_bwd(CudaBackend& be, const char* op, const Tensor& probs, const Tensor& labels,
+              const Tensor* labels_b, float smoothing, float scale, Tensor& dlogits,
+              const float* state) {
+  be.check_device(op, "probs", probs);
+  RN50_CHECK(probs.dtype() == DType::f32 && probs.ndim() == 2,
+             "cuda {}: probs {} must be F32 (N,K)", op, probs.str());
+  const int64_t N = probs.dim(0), K = probs.dim(1);
+  check_nk(be, op, "dlogits", dlogits, N, K);
+  check_labels(be, op, labels, N);
+  if (labels_b) check_labels(be, op, *labels_b, N);
+  const int64_t total = N * K;
+  if (total == 0) return;
+  xent_bwd_kernel<<<grid_for(total, kThreads), kThreads, 0, be.stream()>>>(
+      probs.data_as<const float>(), labels.data_as<const int32_t>(),
+      labels_b ? labels_b->data_as<const int32_t>() : nullptr, N, K, smoothing, scale, state,
+      dlogits.data_as<float>());
+  RN50_CUDA_LAUNCH_CHECK();
+}
+
+/// The step state's device pointer (checked), or null when state is undefined and optional.
+const float* state_ptr(const CudaBackend& be, const char* op, const Tensor& state,
+                       bool required) {
+  if (!state.defined()) {
+    RN50_CHECK(!required, "cuda {}: a step state is required", op);
+    return nullptr;
+  }
+  be.check_device(op, "state", state);
+  RN50_CHECK(state.dtype() == DType::f32 && state.numel() == StepState::size,
+             "cuda {}: state is {}, expected an F32 step state of {} elements", op, state.str(),
+             static_cast<int>(StepState::size));
+  return state.data_as<const float>();
+}
+
+}  // namespace
+
+void CudaBackend::softmax_xent_fwd(const Tensor& logits, const Tensor& labels, float smoothing,
+                                   Tensor& loss, Tensor& probs) {
+  xent_fwd(*this, "softmax_xent_fwd", logits, labels, nullptr, nullptr, smoothing, loss, probs);
 }
 
 void CudaBackend::softmax_xent_bwd(const Tensor& probs, const Tensor& labels, float smoothing,
                                    float scale, Tensor& dlogits, const Tensor& state) {
   const char* op = "softmax_xent_bwd";
-  check_device(op, "probs", probs);
-  RN50_CHECK(probs.dtype() == DType::f32 && probs.ndim() == 2,
-             "cuda {}: probs {} must be F32 (N,K)", op, probs.str());
-  const int64_t N = probs.dim(0), K = probs.dim(1);
-  check_nk(*this, op, "dlogits", dlogits, N, K);
-  check_labels(*this, op, labels, N);
-  const float* st = nullptr;
-  if (state.defined()) {
-    check_device(op, "state", state);
-    RN50_CHECK(state.dtype() == DType::f32 && state.numel() == StepState::size,
-               "cuda {}: state is {}, expected an F32 step state of {} elements", op, state.str(),
-               static_cast<int>(StepState::size));
-    st = state.data_as<const float>();
-  }
-  const int64_t total = N * K;
-  if (total == 0) return;
-  xent_bwd_kernel<<<grid_for(total, kThreads), kThreads, 0, stream()>>>(
-      probs.data_as<const float>(), labels.data_as<const int32_t>(), N, K, smoothing, scale, st,
-      dlogits.data_as<float>());
-  RN50_CUDA_LAUNCH_CHECK();
+  xent_bwd(*this, op, probs, labels, nullptr, smoothing, scale, dlogits,
+           state_ptr(*this, op, state, false));
+}
+
+void CudaBackend::softmax_xent_mixup_fwd(const Tensor& logits, const Tensor& labels,
+                                         const Tensor& labels_b, float smoothing,
+                                         const Tensor& state, Tensor& loss, Tensor& probs) {
+  const char* op = "softmax_xent_mixup_fwd";
+  xent_fwd(*this, op, logits, labels, &labels_b, state_ptr(*this, op, state, true), smoothing,
+           loss, probs);
+}
+
+void CudaBackend::softmax_xent_mixup_bwd(const Tensor& probs, const Tensor& labels,
+                                         const Tensor& labels_b, float smoothing, float scale,
+                                         Tensor& dlogits, const Tensor& state) {
+  const char* op = "softmax_xent_mixup_bwd";
+  xent_bwd(*this, op, probs, labels, &labels_b, smoothing, scale, dlogits,
+           state_ptr(*this, op, state, true));
 }
 
 void CudaBackend::topk_hits(const Tensor& logits, const Tensor& labels, Tensor& hits) {

@@ -3,6 +3,7 @@
 //   relu:     y = max(x, 0);           backward dx = dy * (y > 0)  (torch threshold_backward)
 //   add:      y = a + b
 //   add_relu: y = max(a + b, 0);       backward is relu_bwd on y (for both a and b)
+//   add_relu_bwd: dx = y > 0 ? g1 + g2 : 0 (relu_bwd of a join whose gradient came in two parts)
 #include <vector>
 
 #include "backend/ref/ref_backend.h"
@@ -42,6 +43,16 @@ void RefBackend::add(const Tensor& a, const Tensor& b, Tensor& y) {
   const std::vector<double> B = load(b);
   for (size_t i = 0; i < v.size(); ++i) v[i] += B[i];
   store(v, y);
+}
+
+void RefBackend::add_relu_bwd(const Tensor& y, const Tensor& g1, const Tensor& g2, Tensor& dx) {
+  check_same("add_relu_bwd", "y", y, "g1", g1);
+  check_same("add_relu_bwd", "y", y, "g2", g2);
+  check_same("add_relu_bwd", "y", y, "dx", dx);
+  const std::vector<double> Y = load(y), B = load(g2);
+  std::vector<double> v = load(g1);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = Y[i] > 0 ? v[i] + B[i] : 0.0;
+  store(v, dx);
 }
 
 void RefBackend::add_relu_fwd(const Tensor& a, const Tensor& b, Tensor& y) {

@@ -53,6 +53,7 @@ class RefBackend final : public Backend {
   void relu_bwd(const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void add(const Tensor& a, const Tensor& b, Tensor& y) override;
   void add_relu_fwd(const Tensor& a, const Tensor& b, Tensor& y) override;
+  void add_relu_bwd(const Tensor& y, const Tensor& g1, const Tensor& g2, Tensor& dx) override;
 
   void maxpool2d_fwd(const Pool2dParams& p, const Tensor& x, Tensor& y) override;
   void maxpool2d_bwd(const Pool2dParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
@@ -68,6 +69,13 @@ class RefBackend final : public Backend {
                         Tensor& probs) override;
   void softmax_xent_bwd(const Tensor& probs, const Tensor& labels, float smoothing, float scale,
                         Tensor& dlogits, const Tensor& state) override;
+  void softmax_xent_mixup_fwd(const Tensor& logits, const Tensor& labels, const Tensor& labels_b,
+                              float smoothing, const Tensor& state, Tensor& loss,
+                              Tensor& probs) override;
+  void softmax_xent_mixup_bwd(const Tensor& probs, const Tensor& labels, const Tensor& labels_b,
+                              float smoothing, float scale, Tensor& dlogits,
+                              const Tensor& state) override;
+  void mixup_images(Tensor& x, const Tensor& state) override;
   void topk_hits(const Tensor& logits, const Tensor& labels, Tensor& hits) override;
 
   void normalize_u8(const Tensor& src, const std::array<float, 3>& mean,

@@ -47,15 +47,6 @@ uint16_t float_to_half(float f) {
   return sign | static_cast<uint16_t>(h);
 }
 
-float bf16_to_float(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
-
-uint16_t float_to_bf16(float f) {
-  uint32_t x = std::bit_cast<uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>(x >> 16);
-}
-
 void check_float(const char* op, const char* name, const Tensor& t) {
   RN50_CHECK(t.defined(), "ref {}: tensor {} is undefined", op, name);
   RN50_CHECK(t.is_cpu(), "ref {}: tensor {} ({}) must be on the host", op, name, t.str());

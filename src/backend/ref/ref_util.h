@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bf16.h"
 #include "core/check.h"
 #include "rn50/tensor.h"
 
@@ -16,9 +17,9 @@ namespace rn50::ref {
 /// IEEE binary16 <-> float32, round-to-nearest-even (subnormals, inf and NaN handled).
 float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);
-/// bfloat16 <-> float32, round-to-nearest-even (NaN kept quiet).
-float bf16_to_float(uint16_t b);
-uint16_t float_to_bf16(float f);
+/// bfloat16 <-> float32, round-to-nearest-even (NaN kept quiet): core/bf16.h.
+using rn50::bf16_to_float;
+using rn50::float_to_bf16;
 
 /// Whether a loop doing about `work` multiply-adds is worth an OpenMP parallel region (small
 /// ops run serially: thread start-up dominates them, especially on a loaded machine).
