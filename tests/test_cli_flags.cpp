@@ -48,6 +48,8 @@ TEST(CliFlags, BadValuesAreRejectedWithTheirFlag) {
       {"train --data synthetic --device cuda:x", "--device 'cuda:x'"},
       {"train --data synthetic --device cpu --amp", "on the CPU use --amp --amp-dtype bf16"},
       {"train --data synthetic --amp-dtype fp8", "--amp-dtype 'fp8'"},
+      {"train --data synthetic --use-pure-fp16", "--use-pure-fp16 is not built yet"},
+      {"train --data synthetic --image-shape 4,224,112", "must be equal"},
       {"train --data synthetic --scale-loss 0", "--scale-loss 0"},
       {"train --data synthetic --device tpu", "--device 'tpu'"},
       {"train --data synthetic --last-epoch-of-checkpoint latest", "'latest'"},

@@ -706,6 +706,21 @@ TEST_P(OpsBackend, NormalizeU8) {
     Tensor dstr = rout(shape, lay());
     ref().normalize_u8(src, mean, stdv, dstr);
     check("normalize_u8 dst", dst, dstr, tol(kNormalize));
+    // A 4-channel destination (--image-shape 4,H,W): the same three channels and a zero fourth.
+    const std::vector<int64_t> shape4{shape[0], 4, shape[2], shape[3]};
+    Tensor dst4 = out(shape4, dt(), lay());
+    be().normalize_u8(srcd, mean, stdv, dst4);
+    Tensor d4 = convert(test::download(be(), dst4), F64, NCHW), d3 = convert(dstr, F64, NCHW);
+    const int64_t plane = shape[2] * shape[3];
+    Tensor first3 = rout(shape), want3 = d3;
+    for (int64_t n = 0; n < shape[0]; ++n)
+      for (int64_t i = 0; i < 3 * plane; ++i)
+        first3.data_as<double>()[n * 3 * plane + i] = d4.data_as<double>()[n * 4 * plane + i];
+    EXPECT_TRUE(all_close("normalize_u8 4-channel dst, channels 0-2 [" + cfg() + "]", first3,
+                          want3, tol(kNormalize)));
+    for (int64_t n = 0; n < shape[0]; ++n)
+      for (int64_t i = 0; i < plane; ++i)
+        ASSERT_EQ(d4.data_as<double>()[(n * 4 + 3) * plane + i], 0.0) << "the fourth channel";
   }
 }
 

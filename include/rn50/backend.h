@@ -279,7 +279,8 @@ class Backend {
 
   // ---- input ----
   /// src: u8 (N,3,H,W) in Layout::NHWC (decoded pixels, RGB). dst: (N,3,H,W) f32 (or the compute
-  /// dtype) in dst's layout, dst = (src / 255 - mean[c]) / std[c].
+  /// dtype) in dst's layout, dst = (src / 255 - mean[c]) / std[c]; or (N,4,H,W), whose fourth
+  /// channel is written 0 (DLE --image-shape 4,H,W).
   virtual void normalize_u8(const Tensor& src, const std::array<float, 3>& mean,
                             const std::array<float, 3>& std, Tensor& dst) = 0;
 

@@ -121,6 +121,7 @@ struct StateDictEntry {
 struct NetworkDesc {
   ArchSpec arch;
   int num_classes = 0;
+  int64_t input_channels = 3;    ///< channels of the network input (the stem conv's)
   int64_t feature_channels = 0;  ///< channels into the fc (2048 for ResNet-50)
   /// Topological order = torchvision's forward order: layers[0] is the input, the last is fc.
   /// A Bottleneck's layers: conv1 bn1 relu1 conv2 bn2 relu2 conv3 bn3 [downsample.0 .1] add relu3.
@@ -139,7 +140,9 @@ struct NetworkDesc {
 
 /// Expands `arch` with a `num_classes`-way fc into its description. Throws rn50::Error when
 /// num_classes < 1 or a stage has no blocks.
-NetworkDesc describe(const ArchSpec& arch, int num_classes);
+/// input_channels: 3 (RGB), or 4 (DLE --image-shape 4,H,W: RGB plus a zero fourth channel, the
+/// NHWC alignment of DLE's Paddle/MXNet inputs; the stem conv then has 4 input channels).
+NetworkDesc describe(const ArchSpec& arch, int num_classes, int64_t input_channels = 3);
 
 /// The output shape of every layer (indexed as desc.layers) for an (n, 3, h, w) input:
 /// (N, C, H, W) up to the last block, (N, C) for the global average pool and the fc. Output

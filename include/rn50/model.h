@@ -26,6 +26,9 @@ struct ModelOptions {
   /// batch norm with f32 parameters).
   DType compute_dtype = DType::f32;
   bool zero_init_residual = false; ///< gamma = 0 for each residual branch's last BN (DLE flag)
+  /// Input channels: 3, or 4 (DLE --image-shape 4,H,W: the input gets a zero fourth channel and
+  /// conv1.weight is [64, 4, 7, 7]; a 3-channel conv1.weight loads with a zero fourth slice).
+  int input_channels = 3;
   double bn_eps = 1e-5;
   double bn_momentum = 0.1;
 };

@@ -107,6 +107,9 @@ struct TrainConfig {
   bool amp = false;
   /// --amp-dtype: fp16 (default; with loss scaling; CUDA only) or bf16 (no loss scaling).
   std::string amp_dtype = "fp16";
+  /// --use-pure-fp16 (DLE Paddle's O2: fp16 master weights and momentum): not built yet; the
+  /// flag is recognised so that it is refused with the reason, never ignored.
+  bool use_pure_fp16 = false;
   /// --scale-loss: the (initial) loss scale under --amp fp16 (DLE Paddle flag; 128 as in DLE's
   /// AMP launch scripts).
   double scale_loss = 128.0;
@@ -126,6 +129,12 @@ struct TrainConfig {
   std::string image_root;
   /// --crop-size: train RandomResizedCrop size and val center-crop size, pixels (DLE 224).
   int crop_size = 224;
+  /// --image-shape C,H,W (DLE Paddle/MXNet): C = input channels, 3 or 4 (a zero fourth channel
+  /// with NHWC, as DLE's DALI pipelines pad for tensor-core alignment); H = W = --crop-size.
+  int input_channels = 3;
+  /// H of the last --image-shape parsed (0: none), to refuse a conflicting --crop-size on the
+  /// command line.
+  int image_shape_hw = 0;
   /// --normalize-mean: per-channel RGB mean subtracted from pixel / 255 (DLE flag; ImageNet's).
   std::array<double, 3> normalize_mean{0.485, 0.456, 0.406};
   /// --normalize-std: per-channel RGB std the centred value is divided by (DLE; ImageNet's).

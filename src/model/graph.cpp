@@ -112,19 +112,22 @@ class Builder {
 
 }  // namespace
 
-NetworkDesc describe(const ArchSpec& arch, int num_classes) {
+NetworkDesc describe(const ArchSpec& arch, int num_classes, int64_t input_channels) {
   RN50_CHECK(num_classes >= 1, "num_classes must be >= 1, got {}", num_classes);
+  RN50_CHECK(input_channels == 3 || input_channels == 4,
+             "input channels must be 3 (RGB) or 4 (RGB + a zero channel), got {}", input_channels);
   for (int s = 0; s < 4; ++s)
     RN50_CHECK(arch.layers[s] >= 1, "architecture '{}': stage {} has {} blocks (need >= 1)",
                arch.name, s + 1, arch.layers[s]);
   NetworkDesc d;
   d.arch = arch;
   d.num_classes = num_classes;
+  d.input_channels = input_channels;
   Builder b(d);
 
   // Stem: conv1 7x7/2 pad 3, bn1, relu, maxpool 3x3/2 pad 1.
   int cur = b.input();
-  cur = b.conv("conv1", cur, 3, 64, 7, 2, 3);
+  cur = b.conv("conv1", cur, input_channels, 64, 7, 2, 3);
   cur = b.bn("bn1", cur);
   cur = b.simple(LayerKind::relu, "relu", {cur});
   cur = b.maxpool("maxpool", cur, PoolSpec{3, 2, 1});

@@ -5,13 +5,16 @@
 namespace rn50 {
 
 InputStage::InputStage(Backend& backend, Layout layout, DType dtype, int num_classes, int slots,
-                       Normalization norm, bool reversed_labels)
+                       Normalization norm, bool reversed_labels, int channels)
     : backend_(backend),
       layout_(layout),
       dtype_(dtype),
       num_classes_(num_classes),
       norm_(norm),
-      reversed_labels_(reversed_labels) {
+      reversed_labels_(reversed_labels),
+      channels_(channels) {
+  RN50_CHECK(channels == 3 || channels == 4, "InputStage: channels must be 3 or 4, got {}",
+             channels);
   RN50_CHECK(slots >= 1, "InputStage: slots must be >= 1, got {}", slots);
   slots_.resize(static_cast<size_t>(slots));
 }
@@ -45,7 +48,8 @@ int InputStage::upload(const Batch& b) {
     int32_t* l = b.labels.data_as<int32_t>();
     for (int64_t i = b.size; i < b.labels.dim(0); ++i) l[i] = 0;
   }
-  if (!x_.defined() || x_.shape() != b.images.shape()) {
+  const std::vector<int64_t> xshape{b.images.n(), channels_, b.images.h(), b.images.w()};
+  if (!x_.defined() || x_.shape() != xshape) {
     x_ = Tensor();
     for (Slot& s : slots_) {
       if (s.u8.defined()) backend_.forget_input(s.u8);
@@ -55,7 +59,7 @@ int InputStage::upload(const Batch& b) {
       s.labels = backend_.alloc({b.images.n()}, DType::i32);
       if (reversed_labels_) s.reversed = backend_.alloc({b.images.n()}, DType::i32);
     }
-    x_ = backend_.alloc(b.images.shape(), dtype_, layout_);
+    x_ = backend_.alloc(xshape, dtype_, layout_);
   }
   const int s = next_;
   next_ = (next_ + 1) % num_slots();

@@ -21,8 +21,9 @@ class InputStage {
   /// norm: the mean/std normalize() applies (ImageNet's by default).
   /// reversed_labels: also upload each batch's labels in reversed order (reversed_labels(s)):
   /// the labels of the samples mixup mixes each sample with (Backend::mixup_images).
+  /// channels: of the model input x(), 3 or 4 (a zero fourth channel, --image-shape 4,H,W).
   InputStage(Backend& backend, Layout layout, DType dtype, int num_classes, int slots = 2,
-             Normalization norm = {}, bool reversed_labels = false);
+             Normalization norm = {}, bool reversed_labels = false, int channels = 3);
   /// Lets the backend free what it keeps per upload buffer (Backend::forget_input).
   ~InputStage();
   InputStage(const InputStage&) = delete;
@@ -48,7 +49,8 @@ class InputStage {
   /// with reversed_labels at construction; undefined otherwise), the pairing of
   /// Backend::mixup_images over the whole buffer (training batches are always full).
   const Tensor& reversed_labels(int s) const { return slots_[s].reversed; }
-  const Tensor& x() const { return x_; }  ///< compute dtype (N,3,H,W), layout of the model
+  /// compute dtype (N,channels,H,W), layout of the model
+  const Tensor& x() const { return x_; }
   int num_slots() const { return static_cast<int>(slots_.size()); }
 
  private:
@@ -61,6 +63,7 @@ class InputStage {
   int num_classes_;
   Normalization norm_;
   bool reversed_labels_ = false;
+  int channels_ = 3;
   std::vector<Slot> slots_;
   int next_ = 0, last_ = 0;
   Tensor x_;

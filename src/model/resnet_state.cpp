@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "model/resnet_impl.h"
+#include "model/weights.h"
 
 namespace rn50 {
 
@@ -54,8 +55,20 @@ std::vector<std::pair<std::string, Tensor>> ResNet::state_dict() {
   return out;
 }
 
-void ResNet::load_state_dict(const std::map<std::string, Tensor>& sd, bool strict) {
+void ResNet::load_state_dict(const std::map<std::string, Tensor>& sd_in, bool strict) {
   Impl& m = *impl_;
+  // The stem conv of a 3-channel file in a 4-channel model (or the reverse): zero fourth slice
+  // added (or dropped; exact, the fourth input channel is always zero).
+  std::map<std::string, Tensor> adapted;
+  const std::map<std::string, Tensor>* src = &sd_in;
+  if (auto c = sd_in.find("conv1.weight"); c != sd_in.end() && c->second.defined() &&
+                                            c->second.ndim() == 4 &&
+                                            c->second.dim(1) != m.desc.input_channels) {
+    adapted = sd_in;
+    adapted["conv1.weight"] = with_input_channels(c->second, m.desc.input_channels);
+    src = &adapted;
+  }
+  const std::map<std::string, Tensor>& sd = *src;
   // Validate everything before touching the model, so a bad checkpoint leaves it unchanged.
   std::vector<std::string> unexpected, missing;
   for (const auto& [key, t] : sd) {

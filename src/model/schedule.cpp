@@ -434,9 +434,10 @@ void ResNet::Impl::walk_backward(bool execute, const Tensor* dlogits) {
 const Tensor& ResNet::forward(const Tensor& x, bool train) {
   Impl& m = *impl_;
   const std::string& name = m.desc.arch.name;
-  RN50_CHECK(x.defined() && x.ndim() == 4 && x.c() == 3 && x.dtype() == m.opt.compute_dtype,
-             "{} forward: input must be {} (N,3,H,W), got {}", name,
-             dtype_name(m.opt.compute_dtype),
+  RN50_CHECK(x.defined() && x.ndim() == 4 && x.c() == m.desc.input_channels &&
+                 x.dtype() == m.opt.compute_dtype,
+             "{} forward: input must be {} (N,{},H,W), got {}", name,
+             dtype_name(m.opt.compute_dtype), m.desc.input_channels,
              x.defined() ? x.str() : std::string("an undefined tensor"));
   RN50_CHECK(x.layout() == m.opt.layout && x.device() == m.be.device(),
              "{} forward: input {} must be in the model layout {} on {}", name, x.str(),

@@ -4,6 +4,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <iostream>
@@ -77,6 +78,22 @@ Tensor to_f32(const Tensor& t, const std::string& what) {
   return out;
 }
 
+Tensor with_input_channels(const Tensor& w, int64_t channels) {
+  RN50_CHECK(w.is_cpu() && w.dtype() == DType::f32 && w.ndim() == 4 &&
+                 (w.c() == 3 || w.c() == 4) && (channels == 3 || channels == 4),
+             "stem conv weight {}: cannot give it {} input channels (3 <-> 4 only)", w.str(),
+             channels);
+  const int64_t K = w.n(), C = w.c(), R = w.h(), S = w.w();
+  Tensor out = Tensor::zeros({K, channels, R, S}, DType::f32, Layout::NCHW);
+  const float* s = w.data_as<const float>();
+  float* d = out.data_as<float>();
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t c = 0; c < std::min(C, channels); ++c)
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t x = 0; x < S; ++x) d[out.offset4(k, c, r, x)] = s[w.offset4(k, c, r, x)];
+  return out;
+}
+
 Tensor to_host(Backend& backend, const Tensor& t) {
   Tensor h = Tensor::empty(t.shape(), t.dtype(), t.layout());
   backend.copy(t, h);
@@ -98,7 +115,11 @@ void load_pretrained_params(const SafeTensorsFile& f, const std::string& path, R
                "--from-pretrained-params '{}': missing key '{}' (is it a torchvision {} "
                "state_dict?)",
                path, name, model.arch().name);
-    if (it->second.shape() != shape) {
+    const bool stem_channels = name == "conv1.weight" && it->second.ndim() == 4 &&
+                               shape.size() == 4 && (it->second.dim(1) == 3 || it->second.dim(1) == 4) &&
+                               it->second.dim(0) == shape[0] && it->second.dim(2) == shape[2] &&
+                               it->second.dim(3) == shape[3];  // load_state_dict adapts 3 <-> 4
+    if (it->second.shape() != shape && !stem_channels) {
       std::string hint;
       if (name.rfind("fc.", 0) == 0 && !it->second.shape().empty())
         hint = fmt::format(" — the file has {} classes: pass --num-of-class {}",
@@ -154,6 +175,10 @@ std::map<std::string, Tensor> state_dict_f32(const SafeTensorsFile& file, const 
     if (t.dtype() == DType::i64) continue;  // num_batches_tracked
     sd.emplace(k, to_f32(t, fmt::format("'{}' in '{}'", k, path)));
   }
+  // A checkpoint of --image-shape 4,H,W: the inference graph takes RGB (exact, see
+  // with_input_channels).
+  if (auto c = sd.find("conv1.weight"); c != sd.end() && c->second.ndim() == 4 && c->second.c() == 4)
+    c->second = with_input_channels(c->second, 3);
   auto fc = sd.find("fc.weight");
   RN50_CHECK(fc == sd.end() || fc->second.ndim() != 2 || fc->second.dim(0) == num_classes,
              "--from-pretrained-params '{}': fc.weight has {} classes, the model {} (pass "

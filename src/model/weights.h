@@ -26,7 +26,8 @@ void load_pretrained_params(const SafeTensorsFile& file, const std::string& path
 int classes_of(const SafeTensorsFile& file, const std::string& path, int num_classes);
 
 /// The file's tensors as f32 host tensors keyed by torchvision names (num_batches_tracked left
-/// out), for fold_network (rn50/inference.h). Throws naming the file when its fc.weight has
+/// out), for fold_network (rn50/inference.h). A 4-channel conv1.weight (--image-shape 4,H,W)
+/// comes back with 3 (with_input_channels). Throws naming the file when its fc.weight has
 /// another class count than `num_classes`, with the --num-of-class value that matches it.
 std::map<std::string, Tensor> state_dict_f32(const SafeTensorsFile& file, const std::string& path,
                                              int num_classes);
@@ -38,6 +39,12 @@ Tensor to_f32(const Tensor& t, const std::string& what);
 /// layer1.0.conv3.weight exists; blocks per stage counted from layerS.I.conv1.weight). Throws
 /// naming `what` when no known architecture matches.
 std::string infer_arch(const std::map<std::string, Tensor>& sd, const std::string& what);
+
+/// The stem conv weight `w` (host f32 [K, 3 or 4, R, S], either layout) with `channels` (3 or 4)
+/// input channels, NCHW (OIHW): 3 -> 4 appends a zero fourth slice, 4 -> 3 drops it (exact for
+/// the network's output, since the fourth input channel of --image-shape 4,H,W is always zero),
+/// equal counts copy. Throws rn50::Error for other shapes.
+Tensor with_input_channels(const Tensor& w, int64_t channels);
 
 /// Host copy of a backend tensor.
 Tensor to_host(Backend& backend, const Tensor& t);

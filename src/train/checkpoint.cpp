@@ -145,6 +145,11 @@ CheckpointState load_checkpoint(const std::string& dir, ResNet& model, SgdOptimi
   for (const ParamInfo& p : model.params()) {
     auto it = mf.tensors.find(p.name);
     RN50_CHECK(it != mf.tensors.end(), "{}: missing key '{}'", mpath, p.name);
+    if (p.name == "conv1.weight" && it->second.ndim() == 4 && p.shape.size() == 4 &&
+        it->second.dim(1) != p.shape[1])
+      RN50_FAIL("{}: the checkpoint was trained with {} input channels (--image-shape {},H,W), "
+                "this run has {}: pass the same --image-shape to resume or evaluate it",
+                mpath, it->second.dim(1), it->second.dim(1), p.shape[1]);
     RN50_CHECK(it->second.shape() == p.shape, "{}: '{}' has shape {}, the model {} (arch {})",
                mpath, p.name, shape_str(it->second.shape()), shape_str(p.shape), st.arch);
   }

@@ -33,13 +33,15 @@ EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double 
   const ModelOptions& o = model.options();
   return evaluate([&model](const Tensor& x) { return model.forward(x, /*train=*/false); },
                   o.num_classes, o.layout, o.compute_dtype, backend, source, label_smoothing,
-                  print_interval, epoch, comm, norm);
+                  print_interval, epoch, comm, norm, o.input_channels);
 }
 
 EvalResult evaluate(const EvalForward& forward, int64_t num_classes, Layout layout, DType dtype,
                     Backend& backend, DataSource& source, double label_smoothing,
-                    int print_interval, int epoch, Communicator* comm, const Normalization& norm) {
-  InputStage input(backend, layout, dtype, static_cast<int>(num_classes), 1, norm);
+                    int print_interval, int epoch, Communicator* comm, const Normalization& norm,
+                    int channels) {
+  InputStage input(backend, layout, dtype, static_cast<int>(num_classes), 1, norm,
+                   /*reversed_labels=*/false, channels);
   const int64_t k = num_classes;
   // Per-batch results stay on the device and are read back every `chunk` batches: the mean
   // loss of the batch's valid rows, and its top-1/top-5 hits.

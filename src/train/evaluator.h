@@ -40,15 +40,16 @@ EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double 
                     int print_interval, int epoch = 0, Communicator* comm = nullptr,
                     const Normalization& norm = {});
 
-/// The logits (N, classes) f32 of an input batch x (N, 3, H, W) as InputStage makes it; memory
+/// The logits (N, classes) f32 of an input batch x (N, C, H, W) as InputStage makes it; memory
 /// the backend's ops can read (the CPU backends: any host tensor).
 using EvalForward = std::function<Tensor(const Tensor& x)>;
 
 /// The same pass with any forward function (the inference engine's run() in `rn50 eval` on the
-/// CPU): inputs are staged in `layout` and `dtype` for a `num_classes`-way model.
+/// CPU): inputs are staged in `layout` and `dtype` with `channels` (3, or 4 with a zero fourth
+/// channel) for a `num_classes`-way model.
 EvalResult evaluate(const EvalForward& forward, int64_t num_classes, Layout layout, DType dtype,
                     Backend& backend, DataSource& source, double label_smoothing,
                     int print_interval, int epoch = 0, Communicator* comm = nullptr,
-                    const Normalization& norm = {});
+                    const Normalization& norm = {}, int channels = 3);
 
 }  // namespace rn50

@@ -307,6 +307,10 @@ std::vector<FlagSpec> make_table() {
   t.push_back(choice("--amp-dtype", &C::amp_dtype, {"fp16", "bf16"},
                      "--amp compute dtype: fp16 (with loss scaling; CUDA) or bf16 (CUDA and CPU)",
                      B));
+  t.push_back(switch_("--use-pure-fp16", &C::use_pure_fp16,
+                      "DLE Paddle's pure fp16 (O2: fp16 master weights and momentum); not built "
+                      "yet, refused (--amp keeps f32 master weights, DLE's default AMP)",
+                      T));
   t.push_back(real("--scale-loss", &C::scale_loss, "initial fp16 loss scale (DLE's AMP scripts)",
                    T, [](const double& v) {
                      return v > 0 ? std::string() : std::string("must be a number > 0");
@@ -334,6 +338,50 @@ std::vector<FlagSpec> make_table() {
                       B, at_least<int64_t>(0)));
   t.push_back(integer("--crop-size", &C::crop_size,
                       "train RandomResizedCrop and val center-crop size, pixels", B, at_least(1)));
+  {
+    // DLE Paddle/MXNet's input shape "C,H,W" (or "C H W"): channels and the (square) crop.
+    FlagSpec f = base("--image-shape", "INT ...",
+                      "input shape C,H,W: C = 3, or 4 for a zero fourth channel (DLE's NHWC "
+                      "padding; the stem conv gets 4 input channels); H = W = the crop size "
+                      "(sets --crop-size)",
+                      B);
+    f.get = [](const TrainConfig& c) {
+      return json::array({c.input_channels, c.crop_size, c.crop_size});
+    };
+    f.set = [n = f.name](TrainConfig& c, const std::vector<std::string>& v) {
+      std::vector<std::string> parts;
+      for (const std::string& s : v) {
+        size_t at = 0;
+        while (at <= s.size()) {
+          const size_t comma = s.find(',', at);
+          const std::string p = s.substr(at, comma == std::string::npos ? std::string::npos
+                                                                        : comma - at);
+          if (!p.empty()) parts.push_back(p);
+          if (comma == std::string::npos) break;
+          at = comma + 1;
+        }
+      }
+      RN50_CHECK(parts.size() == 3, "{}: expected three integers C,H,W (e.g. 4,224,224), got {}",
+                 n, parts.size());
+      const int ch = parse_integer<int>(n, parts[0]);
+      const int h = parse_integer<int>(n, parts[1]), w = parse_integer<int>(n, parts[2]);
+      RN50_CHECK(ch == 3 || ch == 4,
+                 "{} {},{},{}: C must be 3 (RGB) or 4 (RGB plus a zero channel)", n, ch, h, w);
+      RN50_CHECK(h >= 1 && h == w,
+                 "{} {},{},{}: H and W must be equal and positive (rn50 crops squares; "
+                 "--crop-size sets both)",
+                 n, ch, h, w);
+      RN50_CHECK(!c.given.count("--crop-size") || c.crop_size == h,
+                 "{} {},{},{} and --crop-size {} disagree: give one of them (--image-shape H,W "
+                 "is the crop size)",
+                 n, ch, h, w, c.crop_size);
+      c.input_channels = ch;
+      c.crop_size = h;
+      c.image_shape_hw = h;
+    };
+    f.check = [](const TrainConfig&) {};  // set() checks the values; validate() the crop size
+    t.push_back(std::move(f));
+  }
   // RandomResizedCrop's ranges: two numbers, "LO,HI" or "LO HI".
   auto range = [](const char* name, std::array<double, 2> TrainConfig::*m, const char* help,
                   double max_hi) {

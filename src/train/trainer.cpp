@@ -34,6 +34,7 @@
 #include "train/evaluator.h"
 #include "train/flags.h"
 #include "model/input_stage.h"
+#include "model/weights.h"
 #include "train/lr_schedule.h"
 #include "train/mixup.h"
 #include "train/metrics.h"
@@ -305,6 +306,7 @@ void Trainer::setup_model() {
   mo.num_classes = num_classes_;
   mo.layout = cfg_.data_layout;
   mo.zero_init_residual = cfg_.zero_init_residual;
+  mo.input_channels = cfg_.input_channels;
   mo.compute_dtype = compute_dtype(cfg_);
   model_ = std::make_unique<ResNet>(*backend_, arch_from_name(cfg_.arch), mo);
   model_->init(cfg_.seed);
@@ -312,7 +314,8 @@ void Trainer::setup_model() {
   hits_hist_ = backend_->alloc({2 * static_cast<int64_t>(cfg_.print_interval)}, DType::f32);
   input_ = std::make_unique<InputStage>(*backend_, cfg_.data_layout, mo.compute_dtype,
                                         num_classes_, 2, normalization(cfg_),
-                                        /*reversed_labels=*/cfg_.mixup > 0);
+                                        /*reversed_labels=*/cfg_.mixup > 0,
+                                        cfg_.input_channels);
   SgdOptimizer::Options oo;
   oo.momentum = static_cast<float>(cfg_.momentum);
   oo.weight_decay = static_cast<float>(cfg_.weight_decay);
@@ -462,7 +465,12 @@ void Trainer::run_impl() {
 InferenceProgram Trainer::folded_program() {
   std::map<std::string, Tensor> sd;
   for (auto& [k, t] : model_->state_dict()) sd.emplace(k, t);
-  return fold_network(model_->desc(), sd, model_->options().bn_eps);
+  const NetworkDesc& d = model_->desc();
+  if (d.input_channels == 3) return fold_network(d, sd, model_->options().bn_eps);
+  // --image-shape 4,H,W: the inference graph takes RGB; dropping the zero channel's weights is
+  // exact (model/weights.h, with_input_channels).
+  sd["conv1.weight"] = with_input_channels(sd.at("conv1.weight"), 3);
+  return fold_network(describe(d.arch, d.num_classes, 3), sd, model_->options().bn_eps);
 }
 
 void Trainer::run_eval_benchmark() {

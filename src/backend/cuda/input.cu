@@ -3,7 +3,7 @@
 //   dst[n,c,h,w] = (src[n,c,h,w] / 255 - mean[c]) / std[c]
 // computed in float32 in exactly that order with correctly rounded IEEE operations (__fdiv_rn,
 // __fsub_rn: immune to fast-math flags), so an f32 result is bit-identical to torchvision's;
-// f16/bf16 destinations round that float once.
+// f16/bf16 destinations round that float once. A 4-channel dst gets a zero fourth channel.
 // src: u8 (N,3,H,W) in Layout::NHWC on the device (decoded RGB pixels); dst: (N,3,H,W) f32,
 // f16 or bf16 in dst's layout. One thread per dst element in dst's memory order.
 #include "backend/cuda/kernels_common.cuh"
@@ -27,6 +27,10 @@ __global__ void __launch_bounds__(kThreads)
        i += stride) {
     uint32_t nn, c, h, w;
     gd.coords(static_cast<uint32_t>(i), nn, c, h, w);
+    if (c == 3) {  // the zero fourth channel of a 4-channel input (--image-shape 4,H,W)
+      dst[i] = from_float<T>(0.f);
+      continue;
+    }
     const float m = c == 0 ? p.mean[0] : c == 1 ? p.mean[1] : p.mean[2];
     const float s = c == 0 ? p.std[0] : c == 1 ? p.std[1] : p.std[2];
     const float v = __fdiv_rn(static_cast<float>(src[gs.offset(nn, c, h, w)]), 255.f);
@@ -44,8 +48,9 @@ void CudaBackend::normalize_u8(const Tensor& src, const std::array<float, 3>& me
                  src.layout() == Layout::NHWC,
              "cuda {}: src is {}, expected a U8 (N,3,H,W) NHWC tensor", op, src.str());
   check_float4(*this, op, "dst", dst);
-  RN50_CHECK(dst.same_shape(src), "cuda {}: dst {} and src {} differ in shape", op, dst.str(),
-             src.str());
+  RN50_CHECK(dst.n() == src.n() && (dst.c() == 3 || dst.c() == 4) && dst.h() == src.h() &&
+                 dst.w() == src.w(),
+             "cuda {}: dst {} must be src {} with 3 or 4 channels", op, dst.str(), src.str());
   for (int c = 0; c < 3; ++c) RN50_CHECK(std[c] != 0.f, "cuda {}: std[{}] is zero", op, c);
   const int64_t n = dst.numel();
   if (n == 0) return;

@@ -21,12 +21,14 @@ void normalize_impl(const Tensor& src, const std::array<float, 3>& mean,
 #pragma omp parallel for collapse(2) schedule(static) if (parallel_worth(src.numel()))
   for (int64_t n = 0; n < N; ++n)
     for (int64_t h = 0; h < H; ++h)
-      for (int64_t w = 0; w < W; ++w)
+      for (int64_t w = 0; w < W; ++w) {
         for (int64_t c = 0; c < 3; ++c) {
           const T v = static_cast<T>(s[src.offset4(n, c, h, w)]) / static_cast<T>(255);
           set(dst, dst.offset4(n, c, h, w),
               (v - static_cast<T>(mean[c])) / static_cast<T>(std[c]));
         }
+        if (dst.c() == 4) set(dst, dst.offset4(n, 3, h, w), 0.0);  // the zero fourth channel
+      }
 }
 }  // namespace
 
@@ -37,8 +39,9 @@ void RefBackend::normalize_u8(const Tensor& src, const std::array<float, 3>& mea
       src.defined() && src.is_cpu() && src.dtype() == DType::u8 && src.ndim() == 4 && src.c() == 3,
       "ref {}: src {} must be a U8 (N,3,H,W) host tensor", op, src.str());
   check_float4(op, "dst", dst);
-  RN50_CHECK(dst.same_shape(src), "ref {}: dst {} and src {} differ in shape", op, dst.str(),
-             src.str());
+  RN50_CHECK(dst.n() == src.n() && (dst.c() == 3 || dst.c() == 4) && dst.h() == src.h() &&
+                 dst.w() == src.w(),
+             "ref {}: dst {} must be src {} with 3 or 4 channels", op, dst.str(), src.str());
   for (int c = 0; c < 3; ++c) RN50_CHECK(std[c] != 0.f, "ref {}: std[{}] is zero", op, c);
   if (dst.dtype() == DType::f64)
     normalize_impl<double>(src, mean, std, dst);
