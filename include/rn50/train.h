@@ -80,6 +80,15 @@ struct TrainConfig {
   double weight_decay = 3.0517578125e-05;
   /// --label-smoothing: epsilon of the smoothed target (DLE 0.1).
   double label_smoothing = 0.1;
+  /// --asp: 2:4 structured sparse training (DLE Paddle, NVIDIA ASP): the masks (from
+  /// --prune-model, or restored from an --asp checkpoint) hold the pruned conv weights at exactly
+  /// zero through every step (src/model/sparsity.h).
+  bool asp = false;
+  /// --prune-model: compute the 2:4 masks from the starting weights (--from-pretrained-params /
+  /// --from-checkpoint) with --mask-algo; needs --asp.
+  bool prune_model = false;
+  /// --mask-algo: mask_1d (default, DLE's) | mask_2d_greedy | mask_2d_best.
+  std::string mask_algo = "mask_1d";
   /// --mixup: alpha of mixup's Beta(alpha, alpha) weight (DLE PyTorch --mixup; 0.2 in its
   /// 250-epoch configuration); 0 (default) = off. Each sample is mixed with the batch's sample in
   /// reversed order (train/mixup.h); training top-1/top-5 count against the dominant label.

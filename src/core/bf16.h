@@ -21,4 +21,11 @@ inline uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
+/// Element access for host loops templated on float or bf16 bits (uint16_t): widen() reads a
+/// value as float (exact), narrow() stores a float result (rounded once for bf16).
+inline float widen(float v) { return v; }
+inline float widen(uint16_t b) { return bf16_to_float(b); }
+inline void narrow(float& dst, float v) { dst = v; }
+inline void narrow(uint16_t& dst, float v) { dst = float_to_bf16(v); }
+
 }  // namespace rn50

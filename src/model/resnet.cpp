@@ -45,7 +45,8 @@ void ResNet::Impl::convert_ranges(const Tensor& from, Tensor& to) {
 }
 
 ResNet::ResNet(Backend& backend, ArchSpec arch, ModelOptions opt)
-    : impl_(std::make_unique<Impl>(backend, describe(arch, opt.num_classes, opt.input_channels), opt)) {
+    : impl_(std::make_unique<Impl>(backend, describe(arch, opt.num_classes, opt.input_channels),
+                                   opt)) {
   Impl& m = *impl_;
   const NetworkDesc& d = m.desc;
   const DType cd = m.opt.compute_dtype;

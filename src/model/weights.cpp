@@ -115,10 +115,10 @@ void load_pretrained_params(const SafeTensorsFile& f, const std::string& path, R
                "--from-pretrained-params '{}': missing key '{}' (is it a torchvision {} "
                "state_dict?)",
                path, name, model.arch().name);
-    const bool stem_channels = name == "conv1.weight" && it->second.ndim() == 4 &&
-                               shape.size() == 4 && (it->second.dim(1) == 3 || it->second.dim(1) == 4) &&
-                               it->second.dim(0) == shape[0] && it->second.dim(2) == shape[2] &&
-                               it->second.dim(3) == shape[3];  // load_state_dict adapts 3 <-> 4
+    const Tensor& t = it->second;  // a stem conv of 3 <-> 4 input channels: load_state_dict adapts
+    const bool stem_channels = name == "conv1.weight" && t.ndim() == 4 && shape.size() == 4 &&
+                               (t.dim(1) == 3 || t.dim(1) == 4) && t.dim(0) == shape[0] &&
+                               t.dim(2) == shape[2] && t.dim(3) == shape[3];
     if (it->second.shape() != shape && !stem_channels) {
       std::string hint;
       if (name.rfind("fc.", 0) == 0 && !it->second.shape().empty())
@@ -177,7 +177,8 @@ std::map<std::string, Tensor> state_dict_f32(const SafeTensorsFile& file, const 
   }
   // A checkpoint of --image-shape 4,H,W: the inference graph takes RGB (exact, see
   // with_input_channels).
-  if (auto c = sd.find("conv1.weight"); c != sd.end() && c->second.ndim() == 4 && c->second.c() == 4)
+  if (auto c = sd.find("conv1.weight");
+      c != sd.end() && c->second.ndim() == 4 && c->second.c() == 4)
     c->second = with_input_channels(c->second, 3);
   auto fc = sd.find("fc.weight");
   RN50_CHECK(fc == sd.end() || fc->second.ndim() != 2 || fc->second.dim(0) == num_classes,

@@ -117,6 +117,14 @@ void validate(const TrainConfig& c) {
   refuse("--no-cuda-graphs", !cuda,
          fmt::format("CUDA graphs exist on CUDA GPUs only and --device {} runs on the CPU",
                      c.device));
+  refuse("--prune-model", !c.asp, "it computes the masks of --asp sparse training; add --asp");
+  refuse("--mask-algo", !c.prune_model, "it chooses how --prune-model computes masks; add "
+         "--prune-model");
+  refuse("--asp", c.run_scope == RunScope::eval_only,
+         "evaluation does not train; the pruned weights are already zero in the checkpoint");
+  RN50_CHECK(!c.prune_model || !c.from_pretrained_params.empty() || !c.from_checkpoint.empty(),
+             "--prune-model prunes trained weights: give --from-pretrained-params FILE or "
+             "--from-checkpoint DIR (pruning a random initialisation is pointless)");
   refuse("--lr-decay-epochs", c.lr_scheduler != "step",
          "it sets the step schedule's decay epochs; add --lr-scheduler step");
   refuse("--lr-decay-rate", c.lr_scheduler != "step",

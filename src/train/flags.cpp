@@ -262,6 +262,19 @@ std::vector<FlagSpec> make_table() {
   t.push_back(real("--label-smoothing", &C::label_smoothing,
                    "label smoothing epsilon of the loss (training and validation; DLE 0.1)", B,
                    in_range(0, 1, true)));
+  t.push_back(switch_("--asp", &C::asp,
+                      "2:4 structured sparsity (NVIDIA ASP, DLE flag): every conv but the stem "
+                      "keeps at most 2 of each 4 input channels, held at zero through training "
+                      "(masks from --prune-model or an --asp checkpoint)",
+                      T));
+  t.push_back(switch_("--prune-model", &C::prune_model,
+                      "compute the 2:4 masks from the starting weights with --mask-algo (DLE "
+                      "flag; needs --asp)",
+                      T));
+  t.push_back(choice("--mask-algo", &C::mask_algo, {"mask_1d", "mask_2d_greedy", "mask_2d_best"},
+                     "2:4 mask algorithm (DLE's names): per 4 input channels, or per 4x4 block "
+                     "of output x input channels (greedy or the best of the 90 patterns)",
+                     T));
   t.push_back(real("--mixup", &C::mixup,
                    "mixup alpha: each step mixes every image and its smoothed target with the "
                    "batch's image in reversed order, weight ~ Beta(alpha, alpha) (DLE 0.2 for 250 "

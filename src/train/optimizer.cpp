@@ -2,6 +2,8 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "model/weights.h"
 
@@ -47,6 +49,67 @@ void SgdOptimizer::set_mask(const Tensor& mask) {
   be_.synchronize();
 }
 
+namespace {
+
+/// Host u8 view of parameter p inside a host slab, in the slab's layout.
+Tensor slab_view(const Tensor& slab, const ParamInfo& p, Layout wl) {
+  return slab.slice0(p.offset, p.offset + p.numel())
+      .reshape(p.shape, p.shape.size() == 4 ? wl : Layout::NCHW);
+}
+
+/// dst[logical index] = src[logical index] for two host u8 tensors of one shape (any layouts).
+void copy_u8(const Tensor& src, Tensor& dst) {
+  if (src.ndim() != 4 || src.layout() == dst.layout()) {
+    std::copy(src.data_as<const uint8_t>(), src.data_as<const uint8_t>() + src.numel(),
+              dst.data_as<uint8_t>());
+    return;
+  }
+  for (int64_t n = 0; n < src.n(); ++n)
+    for (int64_t c = 0; c < src.c(); ++c)
+      for (int64_t h = 0; h < src.h(); ++h)
+        for (int64_t w = 0; w < src.w(); ++w)
+          dst.data_as<uint8_t>()[dst.offset4(n, c, h, w)] =
+              src.data_as<const uint8_t>()[src.offset4(n, c, h, w)];
+}
+
+}  // namespace
+
+void SgdOptimizer::set_param_masks(const std::map<std::string, Tensor>& masks) {
+  Tensor slab = Tensor::empty({model_.num_params()}, DType::u8);
+  std::fill(slab.data_as<uint8_t>(), slab.data_as<uint8_t>() + slab.numel(), uint8_t{1});
+  std::map<std::string, const ParamInfo*> by_name;
+  for (const ParamInfo& p : model_.params()) by_name[p.name] = &p;
+  for (const auto& [name, m] : masks) {
+    auto it = by_name.find(name);
+    RN50_CHECK(it != by_name.end(), "2:4 mask for '{}': the {} model has no such parameter", name,
+               model_.arch().name);
+    const ParamInfo& p = *it->second;
+    RN50_CHECK(m.is_cpu() && m.dtype() == DType::u8 && m.shape() == p.shape,
+               "2:4 mask for '{}' is {}, expected a host U8 tensor of shape [{}]", name, m.str(),
+               fmt::join(p.shape, ", "));
+    Tensor dst = slab_view(slab, p, model_.weight_layout());
+    copy_u8(m, dst);
+  }
+  set_mask(slab);
+}
+
+std::vector<std::pair<std::string, Tensor>> SgdOptimizer::param_masks() {
+  std::vector<std::pair<std::string, Tensor>> out;
+  if (!mask_.defined()) return out;
+  Tensor slab = Tensor::empty({model_.num_params()}, DType::u8);
+  be_.copy(mask_, slab);
+  be_.synchronize();
+  for (const ParamInfo& p : model_.params()) {
+    const Tensor v = slab_view(slab, p, model_.weight_layout());
+    const uint8_t* b = v.data_as<const uint8_t>();
+    if (std::find(b, b + v.numel(), uint8_t{0}) == b + v.numel()) continue;  // not masked
+    Tensor m = Tensor::empty(p.shape, DType::u8);  // torchvision layout
+    copy_u8(v, m);
+    out.emplace_back(p.name, m);
+  }
+  return out;
+}
+
 std::vector<std::pair<std::string, Tensor>> SgdOptimizer::state_dict() {
   std::vector<std::pair<std::string, Tensor>> out;
   const Layout wl = model_.weight_layout();
@@ -58,6 +121,7 @@ std::vector<std::pair<std::string, Tensor>> SgdOptimizer::state_dict() {
     out.emplace_back(p.name, host);
   }
   be_.synchronize();
+  for (auto& [name, m] : param_masks()) out.emplace_back(kMaskPrefix + name, m);
   return out;
 }
 
@@ -81,6 +145,11 @@ void SgdOptimizer::load_state_dict(const std::map<std::string, Tensor>& sd,
     be_.copy(f32[i], dst);
   }
   be_.synchronize();
+  std::map<std::string, Tensor> masks;
+  const std::string prefix = kMaskPrefix;
+  for (const auto& [key, t] : sd)
+    if (key.rfind(prefix, 0) == 0) masks.emplace(key.substr(prefix.size()), t);
+  if (!masks.empty()) set_param_masks(masks);
 }
 
 }  // namespace rn50

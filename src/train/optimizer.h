@@ -44,16 +44,28 @@ class SgdOptimizer {
   void set_mask(const Tensor& mask);
   /// The mask on the device, or an undefined tensor.
   const Tensor& mask() const { return mask_; }
+  /// set_mask from per-parameter masks: u8 host tensors keyed by parameter name, each of the
+  /// parameter's torchvision shape (any 4-D layout); parameters not named are not masked.
+  /// Throws rn50::Error naming an unknown name or a wrong shape.
+  void set_param_masks(const std::map<std::string, Tensor>& masks);
+  /// The per-parameter masks (u8 host, torchvision layout) of every parameter the mask holds
+  /// any zero of; empty without a mask. Synchronises the backend.
+  std::vector<std::pair<std::string, Tensor>> param_masks();
+  /// Prefix of the masks' keys in state_dict(): "asp_mask.<parameter name>", a namespace of its
+  /// own next to torchvision's names.
+  static constexpr const char* kMaskPrefix = "asp_mask.";
 
   /// The momentum slab (f32, num_params) on the device.
   Tensor& momentum() { return momentum_; }
 
   /// The optimiser's checkpoint state: each parameter's momentum buffer as a host f32 tensor in
   /// torchvision's layout (OIHW for convs), keyed by the parameter's name (torch's
-  /// optimizer.state[p]["momentum_buffer"]). Synchronises the backend.
+  /// optimizer.state[p]["momentum_buffer"]), plus the 2:4 masks (param_masks(), u8) under
+  /// kMaskPrefix keys. Synchronises the backend.
   std::vector<std::pair<std::string, Tensor>> state_dict();
   /// Loads momentum buffers saved by state_dict() (f32/f64/f16/bf16 host tensors); every
-  /// parameter must be present with its shape. `what` names the source (a file) in errors.
+  /// parameter must be present with its shape. Masks under kMaskPrefix keys, when present,
+  /// become the mask (set_param_masks). `what` names the source (a file) in errors.
   /// Throws rn50::Error naming the file and the key.
   void load_state_dict(const std::map<std::string, Tensor>& sd, const std::string& what);
 

@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -34,6 +35,7 @@
 #include "train/evaluator.h"
 #include "train/flags.h"
 #include "model/input_stage.h"
+#include "model/sparsity.h"
 #include "model/weights.h"
 #include "train/lr_schedule.h"
 #include "train/mixup.h"
@@ -112,6 +114,9 @@ class Trainer {
   void setup_data();
   void setup_model();
   void load_weights();
+  /// --asp: computes the 2:4 masks (--prune-model) or checks that the checkpoint brought them,
+  /// and hands them to the optimiser; refuses an --asp checkpoint resumed without --asp.
+  void setup_sparsity();
   void write_config_line();
   void run_eval_only();
   /// rn50 eval --benchmark: the CPU inference engine timed at --batch-size.
@@ -395,6 +400,45 @@ void Trainer::load_weights() {
   }
 }
 
+void Trainer::setup_sparsity() {
+  const bool restored = optimizer_->mask().defined();
+  if (!cfg_.asp) {
+    RN50_CHECK(!restored,
+               "--from-checkpoint '{}' holds 2:4 sparsity masks (an --asp run): add --asp to "
+               "keep training it sparse",
+               resumed_from_);
+    return;
+  }
+  if (!cfg_.prune_model) {
+    RN50_CHECK(restored,
+               "--asp without --prune-model trains with the masks of an --asp checkpoint, and "
+               "there is none: add --prune-model (with --from-pretrained-params or "
+               "--from-checkpoint) to compute them");
+    out("asp: holding the 2:4 masks restored from {}\n", resumed_from_);
+    return;
+  }
+  const MaskAlgo algo = mask_algo_from_name(cfg_.mask_algo);
+  std::map<std::string, Tensor> weights;
+  for (auto& [name, t] : model_->state_dict()) weights.emplace(name, t);
+  std::map<std::string, Tensor> masks;
+  int64_t zeros = 0;
+  for (const ParamInfo& p : model_->params()) {
+    if (!asp_prunes(p)) continue;
+    Tensor m = weight_mask(weights.at(p.name), algo, p.name);
+    const int64_t kept = std::count(m.data_as<const uint8_t>(),
+                                    m.data_as<const uint8_t>() + m.numel(), uint8_t{1});
+    zeros += m.numel() - kept;
+    out("asp: {:<28} {:>8} weights, density {:.1f}%\n", p.name, m.numel(),
+        100.0 * static_cast<double>(kept) / static_cast<double>(m.numel()));
+    masks.emplace(p.name, std::move(m));
+  }
+  optimizer_->set_param_masks(masks);  // zeroes the pruned weights now
+  out("asp: {} pruned {} convs (stem, BatchNorm and fc dense): {} of {} parameters are zero "
+      "({:.1f}%)\n",
+      cfg_.mask_algo, masks.size(), zeros, model_->num_params(),
+      100.0 * static_cast<double>(zeros) / static_cast<double>(model_->num_params()));
+}
+
 void Trainer::write_config_line() {
   ReportRecord r("config");
   r.set_flags(config_to_json(cfg_));
@@ -455,6 +499,7 @@ void Trainer::run_impl() {
     out("{}", config_table(cfg_, cfg_.run_scope == RunScope::eval_only ? kEvalCommand
                                                                         : kTrainCommand));
   load_weights();
+  if (cfg_.run_scope != RunScope::eval_only) setup_sparsity();
   write_config_line();
   if (cfg_.run_scope == RunScope::eval_only)
     return cfg_.benchmark ? run_eval_benchmark() : run_eval_only();

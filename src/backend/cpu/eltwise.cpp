@@ -130,17 +130,12 @@ void binary_add(OnednnBackend& be, const char* op, const Tensor& a, const Tensor
 
 namespace {
 
-inline float ld(const float* p, int64_t i) { return p[i]; }
-inline float ld(const uint16_t* p, int64_t i) { return bf16_to_float(p[i]); }
-inline void st(float* p, int64_t i, float v) { p[i] = v; }
-inline void st(uint16_t* p, int64_t i, float v) { p[i] = float_to_bf16(v); }
-
 template <class T>
 void add_relu_bwd_loop(const T* y, const T* g1, const T* g2, T* dx, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const float s = ld(g1, i) + ld(g2, i);
-    st(dx, i, ld(y, i) > 0.f ? s : 0.f);
+    const float s = widen(g1[i]) + widen(g2[i]);
+    narrow(dx[i], widen(y[i]) > 0.f ? s : 0.f);
   }
 }
 

@@ -11,9 +11,6 @@ namespace rn50::onednn {
 
 namespace {
 
-inline void put(float* d, int64_t i, float v) { d[i] = v; }
-inline void put(uint16_t* d, int64_t i, float v) { d[i] = float_to_bf16(v); }
-
 /// The normalisation loops on destination element type T (float, or bf16 bits rounded once
 /// from the float result).
 template <class T>
@@ -29,10 +26,10 @@ void normalize_loops(const Tensor& src, const std::array<float, 3>& mean,
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < total; ++i) {
       const uint8_t* px = s + 3 * i;
-      put(d, C * i, (static_cast<float>(px[0]) / 255.f - m0) / s0);
-      put(d, C * i + 1, (static_cast<float>(px[1]) / 255.f - m1) / s1);
-      put(d, C * i + 2, (static_cast<float>(px[2]) / 255.f - m2) / s2);
-      if (C == 4) put(d, C * i + 3, 0.f);
+      narrow(d[C * i], (static_cast<float>(px[0]) / 255.f - m0) / s0);
+      narrow(d[C * i + 1], (static_cast<float>(px[1]) / 255.f - m1) / s1);
+      narrow(d[C * i + 2], (static_cast<float>(px[2]) / 255.f - m2) / s2);
+      if (C == 4) narrow(d[C * i + 3], 0.f);
     }
   } else {
 #pragma omp parallel for schedule(static)
@@ -40,10 +37,10 @@ void normalize_loops(const Tensor& src, const std::array<float, 3>& mean,
       const uint8_t* sn = s + n * HW * 3;
       T* o = d + n * C * HW;
       for (int64_t i = 0; i < HW; ++i) {
-        put(o, i, (static_cast<float>(sn[3 * i]) / 255.f - m0) / s0);
-        put(o, HW + i, (static_cast<float>(sn[3 * i + 1]) / 255.f - m1) / s1);
-        put(o, 2 * HW + i, (static_cast<float>(sn[3 * i + 2]) / 255.f - m2) / s2);
-        if (C == 4) put(o, 3 * HW + i, 0.f);
+        narrow(o[i], (static_cast<float>(sn[3 * i]) / 255.f - m0) / s0);
+        narrow(o[HW + i], (static_cast<float>(sn[3 * i + 1]) / 255.f - m1) / s1);
+        narrow(o[2 * HW + i], (static_cast<float>(sn[3 * i + 2]) / 255.f - m2) / s2);
+        if (C == 4) narrow(o[3 * HW + i], 0.f);
       }
     }
   }

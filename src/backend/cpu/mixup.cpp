@@ -11,11 +11,6 @@ namespace rn50::onednn {
 
 namespace {
 
-inline float load(const float* p) { return *p; }
-inline float load(const uint16_t* p) { return bf16_to_float(*p); }
-inline void store(float* p, float v) { *p = v; }
-inline void store(uint16_t* p, float v) { *p = float_to_bf16(v); }
-
 template <class T>
 void mix_pairs(T* d, int64_t N, int64_t per, float lam) {
   const float mu = 1.f - lam;
@@ -25,9 +20,9 @@ void mix_pairs(T* d, int64_t N, int64_t per, float lam) {
     for (int64_t i = 0; i < per; ++i) {
       T* a = d + n * per + i;
       T* b = d + (N - 1 - n) * per + i;
-      const float va = load(a), vb = load(b);
-      store(a, lam * va + mu * vb);
-      store(b, lam * vb + mu * va);
+      const float va = widen(*a), vb = widen(*b);
+      narrow(*a, lam * va + mu * vb);
+      narrow(*b, lam * vb + mu * va);
     }
 }
 

@@ -53,14 +53,9 @@ memory::desc pooled_md(const Tensor& x) {
   return md_of({x.n(), x.c(), 1, 1}, x.dtype(), x.layout() == Layout::NHWC ? tag::nhwc : tag::nchw);
 }
 
-/// Element access of the maxpool backward loop: f32 directly, bf16 through float (exact: a bf16
-/// value widens exactly; the sum of overlapping windows' gradients is formed in float and
-/// rounded once per element at the end).
-inline float load(const float* p, int64_t i) { return p[i]; }
-inline float load(const uint16_t* p, int64_t i) { return bf16_to_float(p[i]); }
-
 /// The maxpool backward loop (see the file comment) on element type T (float or bf16 bits);
-/// dx accumulates into `acc` (float, dx's layout), which is then stored into dx.
+/// dx accumulates into `acc` (float, dx's layout: the sum of overlapping windows' gradients is
+/// formed in float), which the caller stores into dx.
 template <class T>
 void maxpool_bwd_loop(const Pool2dParams& p, const Tensor& x, const Tensor& dy, Tensor& dx,
                       float* acc) {
@@ -95,7 +90,7 @@ void maxpool_bwd_loop(const Pool2dParams& p, const Tensor& x, const Tensor& dy, 
           for (int64_t iw = w0; iw < w1; ++iw) {
             const int64_t base = n * xs.n + ih * xs.h + iw * xs.w + c0 * xs.c;
             for (int64_t c = 0; c < cn; ++c) {
-              const float v = load(xp, base + c * xs.c);
+              const float v = widen(xp[base + c * xs.c]);
               if (v > best[c] || std::isnan(v)) {
                 best[c] = v;
                 arg[c] = ih * W + iw;
@@ -106,7 +101,7 @@ void maxpool_bwd_loop(const Pool2dParams& p, const Tensor& x, const Tensor& dy, 
         const int64_t gbase = n * gs.n + oh * gs.h + ow * gs.w + c0 * gs.c;
         for (int64_t c = 0; c < cn; ++c) {
           const int64_t ih = arg[c] / W, iw = arg[c] % W;
-          acc[n * ds.n + ih * ds.h + iw * ds.w + (c0 + c) * ds.c] += load(gp, gbase + c * gs.c);
+          acc[n * ds.n + ih * ds.h + iw * ds.w + (c0 + c) * ds.c] += widen(gp[gbase + c * gs.c]);
         }
       }
     }
