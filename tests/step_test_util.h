@@ -1,9 +1,12 @@
-// Helpers of the training-step tests: a one-block-per-stage bottleneck ResNet and random batches.
+// Helpers of the training-step tests: a one-block-per-stage bottleneck ResNet, random batches,
+// and a backend tensor's values on the host.
 #pragma once
 
 #include <cstdint>
 #include <random>
+#include <vector>
 
+#include "rn50/backend.h"
 #include "rn50/data.h"
 #include "rn50/graph.h"
 #include "rn50/tensor.h"
@@ -24,6 +27,16 @@ inline Batch random_batch(int64_t n, int64_t hw, int classes, uint64_t seed) {
     b.labels.data_as<int32_t>()[i] = static_cast<int32_t>(g() % static_cast<uint64_t>(classes));
   b.size = n;
   return b;
+}
+
+/// The values of backend tensor t (any dtype the reference backend converts) as f64, in logical
+/// NCHW order.
+inline std::vector<double> host_values(Backend& be, const Tensor& t) {
+  Tensor h = Tensor::empty(t.shape(), t.dtype(), t.layout());
+  be.copy(t, h);
+  Tensor f = Tensor::empty(t.shape(), DType::f64, Layout::NCHW);
+  make_backend("ref")->copy(h, f);
+  return std::vector<double>(f.data_as<double>(), f.data_as<double>() + f.numel());
 }
 
 }  // namespace rn50

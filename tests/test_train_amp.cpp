@@ -36,14 +36,6 @@
 namespace rn50 {
 namespace {
 
-std::vector<double> host_values(Backend& be, const Tensor& t) {
-  Tensor h = Tensor::empty(t.shape(), t.dtype(), t.layout());
-  be.copy(t, h);
-  Tensor f = Tensor::empty(t.shape(), DType::f64, Layout::NCHW);
-  make_backend("ref")->copy(h, f);
-  return std::vector<double>(f.data_as<double>(), f.data_as<double>() + f.numel());
-}
-
 double rel_l2(const std::vector<double>& a, const std::vector<double>& ref, double scale = 1) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {

@@ -83,14 +83,6 @@ TEST(ImageShape, FlagParsesAndRefuses) {
   EXPECT_NE(error_of([&] { validate(c); }).find("NHWC"), std::string::npos);
 }
 
-std::vector<double> host_values(Backend& be, const Tensor& t) {
-  Tensor h = Tensor::empty(t.shape(), t.dtype(), t.layout());
-  be.copy(t, h);
-  Tensor f = Tensor::empty(t.shape(), DType::f64, Layout::NCHW);
-  make_backend("ref")->copy(h, f);
-  return std::vector<double>(f.data_as<double>(), f.data_as<double>() + f.numel());
-}
-
 double max_rel(const std::vector<double>& a, const std::vector<double>& b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {

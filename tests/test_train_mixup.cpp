@@ -31,14 +31,6 @@ using rn50_test::of_type;
 using rn50_test::read_jsonl;
 using rn50_test::TempDir;
 
-std::vector<double> host_values(Backend& be, const Tensor& t) {
-  Tensor h = Tensor::empty(t.shape(), t.dtype(), t.layout());
-  be.copy(t, h);
-  Tensor f = Tensor::empty(t.shape(), DType::f64, Layout::NCHW);
-  make_backend("ref")->copy(h, f);
-  return std::vector<double>(f.data_as<double>(), f.data_as<double>() + f.numel());
-}
-
 TEST(MixupBeta, MomentsRangeAndDeterminism) {
   struct Case {
     double a, b;

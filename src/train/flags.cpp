@@ -57,15 +57,22 @@ double parse_real(const std::string& flag, const std::string& text) {
   return v;
 }
 
-/// The numbers of a list flag given as "A,B,C", "A B C" or a mix (each CLI value may hold
-/// several comma-separated numbers).
-std::vector<double> parse_reals(const std::string& flag, const std::vector<std::string>& values) {
-  std::vector<double> x;
+/// The items of a list flag given as "A,B,C", "A B C" or a mix (each CLI value may hold several
+/// comma-separated items; empty items are dropped).
+std::vector<std::string> split_list(const std::vector<std::string>& values) {
+  std::vector<std::string> items;
   for (const std::string& s : values) {
     std::stringstream ss(s);
     for (std::string e; std::getline(ss, e, ',');)
-      if (!e.empty()) x.push_back(parse_real(flag, e));
+      if (!e.empty()) items.push_back(e);
   }
+  return items;
+}
+
+/// The numbers of a list flag (split_list).
+std::vector<double> parse_reals(const std::string& flag, const std::vector<std::string>& values) {
+  std::vector<double> x;
+  for (const std::string& e : split_list(values)) x.push_back(parse_real(flag, e));
   return x;
 }
 
@@ -362,18 +369,7 @@ std::vector<FlagSpec> make_table() {
       return json::array({c.input_channels, c.crop_size, c.crop_size});
     };
     f.set = [n = f.name](TrainConfig& c, const std::vector<std::string>& v) {
-      std::vector<std::string> parts;
-      for (const std::string& s : v) {
-        size_t at = 0;
-        while (at <= s.size()) {
-          const size_t comma = s.find(',', at);
-          const std::string p = s.substr(at, comma == std::string::npos ? std::string::npos
-                                                                        : comma - at);
-          if (!p.empty()) parts.push_back(p);
-          if (comma == std::string::npos) break;
-          at = comma + 1;
-        }
-      }
+      const std::vector<std::string> parts = split_list(v);
       RN50_CHECK(parts.size() == 3, "{}: expected three integers C,H,W (e.g. 4,224,224), got {}",
                  n, parts.size());
       const int ch = parse_integer<int>(n, parts[0]);

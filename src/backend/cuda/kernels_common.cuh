@@ -218,6 +218,15 @@ inline void check_float4(const CudaBackend& be, const char* op, const char* name
              name, t.str());
 }
 
+/// Checks a step state (rn50::StepState): an f32 tensor of StepState::size elements on the
+/// device. Throws rn50::Error naming `op` otherwise.
+inline void check_state(const CudaBackend& be, const char* op, const Tensor& state) {
+  be.check_device(op, "state", state);
+  RN50_CHECK(state.dtype() == DType::f32 && state.numel() == StepState::size,
+             "cuda {}: state is {}, expected an F32 step state of {} elements", op, state.str(),
+             static_cast<int>(StepState::size));
+}
+
 /// check_device plus: f32, 1-D of length C (per-channel parameters and statistics).
 inline void check_channel_vec(const CudaBackend& be, const char* op, const char* name,
                               const Tensor& t, int64_t C) {

@@ -217,10 +217,7 @@ const float* state_ptr(const CudaBackend& be, const char* op, const Tensor& stat
     RN50_CHECK(!required, "cuda {}: a step state is required", op);
     return nullptr;
   }
-  be.check_device(op, "state", state);
-  RN50_CHECK(state.dtype() == DType::f32 && state.numel() == StepState::size,
-             "cuda {}: state is {}, expected an F32 step state of {} elements", op, state.str(),
-             static_cast<int>(StepState::size));
+  check_state(be, op, state);
   return state.data_as<const float>();
 }
 

@@ -36,10 +36,7 @@ __global__ void __launch_bounds__(kThreads)
 void CudaBackend::mixup_images(Tensor& x, const Tensor& state) {
   const char* op = "mixup_images";
   check_float4(*this, op, "x", x);
-  check_device(op, "state", state);
-  RN50_CHECK(state.dtype() == DType::f32 && state.numel() == StepState::size,
-             "cuda {}: state is {}, expected an F32 step state of {} elements", op, state.str(),
-             static_cast<int>(StepState::size));
+  check_state(*this, op, state);
   const int64_t N = x.n(), per = x.c() * x.h() * x.w();
   const int64_t total = (N / 2) * per;
   if (total == 0) return;

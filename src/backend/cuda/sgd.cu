@@ -143,14 +143,6 @@ __global__ void update_loss_scale_kernel(LossScaleParams p, float* __restrict__ 
   s[StepState::found_inf] = 0.f;
 }
 
-/// Checks a step state: an f32 tensor of StepState::size elements on the device.
-void check_state(const CudaBackend& be, const char* op, const Tensor& state) {
-  be.check_device(op, "state", state);
-  RN50_CHECK(state.dtype() == DType::f32 && state.numel() == StepState::size,
-             "cuda {}: state is {}, expected an F32 step state of {} elements", op, state.str(),
-             static_cast<int>(StepState::size));
-}
-
 /// Checks an f32 1-D slab of length n.
 void check_slab(const CudaBackend& be, const char* op, const char* name, const Tensor& t,
                 int64_t n) {
