@@ -103,6 +103,10 @@ class KrscRefBackend final : public Backend {
     b_->softmax_xent_mixup_bwd(p, l, lb, e, s, dz, st);
   }
   void mixup_images(Tensor& x, const Tensor& st) override { b_->mixup_images(x, st); }
+  void fake_quant_act(const Tensor& x, Tensor& q, bool update, Tensor& y) override {
+    b_->fake_quant_act(x, q, update, y);
+  }
+  void fake_quant_weight(const Tensor& w, Tensor& y) override { b_->fake_quant_weight(w, y); }
   void topk_hits(const Tensor& z, const Tensor& l, Tensor& h) override { b_->topk_hits(z, l, h); }
   void normalize_u8(const Tensor& s, const std::array<float, 3>& m,
                     const std::array<float, 3>& sd, Tensor& d) override {

@@ -108,7 +108,7 @@ struct LossScaleParams {
 /// Op families, for supports() queries and the test harness.
 enum class Op {
   conv2d, batchnorm, relu, add, add_relu, maxpool2d, global_avgpool, linear,
-  softmax_xent, topk, normalize_u8, sgd, amp, mixup
+  softmax_xent, topk, normalize_u8, sgd, amp, mixup, fake_quant
 };
 
 /// A recorded sequence of backend work (a CUDA graph) that replays with the same tensors.
@@ -291,6 +291,22 @@ class Backend {
   /// dtype (the sum is formed in f32, f64 for f64 tensors, and rounded once). Runs after
   /// normalize_u8, so the mixed images are what the network sees.
   virtual void mixup_images(Tensor& x, const Tensor& state) = 0;
+
+  // ---- quantization-aware training (--qat; the arithmetic: src/core/fake_quant.h) ----
+  /// Fake quantization of an activation, per tensor, 8 bits symmetric, with DLE's moving-average
+  /// abs-max range. qstate: f32 {fake_quant::state_size} on the device ({amax, state, accum,
+  /// scratch}). update (a training forward): the range is first updated from max |x| of this
+  /// batch (state = 0.9 state + 1, accum = 0.9 accum + max|x|, amax = accum / state; unchanged
+  /// when max|x| is not finite); then, with s = amax / 127 read on the device,
+  ///   y = clamp(nearbyint(x / s), -127, 127) * s   (torch.fake_quantize_per_tensor_affine)
+  /// x, y: the same shape, dtype (f32/f16/bf16) and layout; y may be x (in place).
+  virtual void fake_quant_act(const Tensor& x, Tensor& qstate, bool update, Tensor& y) = 0;
+  /// Fake quantization of a weight per output channel (dim 0), 8 bits symmetric:
+  /// s_k = max |w[k, ...]| / 127, y[k, ...] = clamp(nearbyint(w / s_k), -127, 127) * s_k
+  /// (torch.fake_quantize_per_channel_affine; y[k] = 0 when w[k] is all zero). w: f32 with the
+  /// output channel outermost (OIHW, KRSC or (classes, C)); y: the same shape and layout in f32
+  /// or the compute dtype (the fake-quantized f32 value rounded once).
+  virtual void fake_quant_weight(const Tensor& w, Tensor& y) = 0;
 
   // ---- optimiser over whole slabs (1-D f32 tensors of equal length) ----
   virtual void sgd_update(const SgdParams& p, Tensor& params, const Tensor& grads,

@@ -23,12 +23,18 @@ struct ModelOptions {
   /// Compute dtype of activations, conv/fc weights and their gradients: f32, or f16/bf16 for
   /// AMP (DLE --amp). Master parameters, BN parameters and statistics, the loss and the
   /// optimiser stay f32 (torch.cuda.amp autocast: convolutions and linear layers in half,
-  /// batch norm with f32 parameters).
+  /// batch norm with f32 parameters). F64 on the ref backend only (float64 golden tests).
   DType compute_dtype = DType::f32;
   bool zero_init_residual = false; ///< gamma = 0 for each residual branch's last BN (DLE flag)
   /// Input channels: 3, or 4 (DLE --image-shape 4,H,W: the input gets a zero fourth channel and
   /// conv1.weight is [64, 4, 7, 7]; a 3-channel conv1.weight loads with a zero fourth slice).
   int input_channels = 3;
+  /// Quantization-aware training (DLE --qat; src/model/qat.h, src/core/fake_quant.h): every
+  /// conv's and the fc's weights are fake-quantized per output channel and their input
+  /// activations (and downsample shortcuts) per tensor with moving-average ranges, in training
+  /// and eval forwards; backward is the straight-through estimator. The ranges are part of
+  /// state_dict() (keys "<layer>._input_quantizer._amax" ..., see qat::ActQuantizer).
+  bool qat = false;
   double bn_eps = 1e-5;
   double bn_momentum = 0.1;
 };
@@ -124,10 +130,15 @@ class ResNet {
   void add_batches_tracked(int64_t delta);
 
   /// Host copies of parameters and buffers keyed by torchvision names (f32; num_batches_tracked
-  /// as i64), in torchvision's state_dict order.
+  /// as i64), in torchvision's state_dict order. A QAT model appends its activation ranges (f32 [1] each:
+  /// qat::amax_key, state_key, accum_key per quantizer, in layer order).
   std::vector<std::pair<std::string, Tensor>> state_dict();
   /// Loads names present in `sd` (host tensors, f32/i64, shapes must match). strict: every param
-  /// and running buffer must be present (num_batches_tracked optional). Throws naming the key.
+  /// and running buffer must be present (num_batches_tracked optional). QAT ranges load into a
+  /// QAT model and are optional there (QAT starts from a float checkpoint: a strict load without
+  /// them resets the ranges to fresh ones);
+  /// a model without options().qat refuses them in strict mode, naming --qat. Throws naming
+  /// the key.
   void load_state_dict(const std::map<std::string, Tensor>& sd, bool strict = true);
 
  private:

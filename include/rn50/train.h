@@ -84,6 +84,12 @@ struct TrainConfig {
   /// --prune-model, or restored from an --asp checkpoint) hold the pruned conv weights at exactly
   /// zero through every step (src/model/sparsity.h).
   bool asp = false;
+  /// --qat: quantization-aware training (DLE Paddle's QAT): 8-bit fake quantization of every
+  /// conv's and the fc's weights (per output channel) and inputs (per tensor, moving-average
+  /// ranges), straight-through backward; evaluation runs the fake-quantized graph too. The
+  /// ranges are saved in the checkpoint; `rn50 export --precision int8` takes them as the INT8
+  /// engine's scales. Start from trained weights (--from-pretrained-params) at a small --lr.
+  bool qat = false;
   /// --prune-model: compute the 2:4 masks from the starting weights (--from-pretrained-params /
   /// --from-checkpoint) with --mask-algo; needs --asp.
   bool prune_model = false;

@@ -50,7 +50,9 @@ ResNet::ResNet(Backend& backend, ArchSpec arch, ModelOptions opt)
   Impl& m = *impl_;
   const NetworkDesc& d = m.desc;
   const DType cd = m.opt.compute_dtype;
-  RN50_CHECK(cd == DType::f32 || cd == DType::f16 || cd == DType::bf16,
+  // F64: only the reference backend computes in it (float64 golden comparisons in the tests).
+  RN50_CHECK(cd == DType::f32 || cd == DType::f16 || cd == DType::bf16 ||
+                 (cd == DType::f64 && backend.name() == "ref"),
              "compute dtype must be F32, F16 or BF16, got {}", dtype_name(cd));
   RN50_CHECK(backend.supports(Op::conv2d, cd, m.opt.layout),
              "the {} backend does not compute in {} with {} activations (fp16 AMP needs the cuda "

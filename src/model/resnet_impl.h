@@ -17,6 +17,7 @@
 #include "rn50/graph.h"
 #include "rn50/model.h"
 #include "rn50/tensor.h"
+#include "model/qat.h"
 
 namespace rn50 {
 
@@ -55,6 +56,10 @@ struct Step {
   Conv2dParams conv;
   int conv_param = -1, gamma_param = -1, beta_param = -1, bn = -1;
   Tensor w, gamma, beta, dw, dgamma, dbeta;  ///< slab views (fixed at construction)
+  /// QAT: the fake-quantized weight (compute dtype, in the QAT weight slab; w otherwise), the
+  /// quantizer of in[0] (units, pools, fc) and of in[1] (joins: the shortcut), or -1.
+  Tensor wq;
+  int qin = -1, qres = -1;
   // maxpool
   Pool2dParams pool;
   // Shape-dependent views into the arenas, set by plan().
@@ -87,6 +92,23 @@ struct ResNet::Impl {
   Tensor param_lp, grad_lp;
   /// The conv/fc parameters as maximal contiguous [begin, end) element ranges of the slabs.
   std::vector<std::pair<int64_t, int64_t>> mirrored_ranges;
+  // ---- QAT (opt.qat; src/model/qat.h) ----
+  std::vector<qat::ActQuantizer> quantizers;
+  std::vector<int> quant_of_step;  ///< step index -> quantizer of its output, or -1
+  int input_quant = -1;            ///< quantizer of the network input, or -1
+  Tensor qat_state;                ///< f32 (quantizers x fake_quant::state_size) on the backend
+  std::vector<Tensor> qat_states;  ///< per quantizer: its view of qat_state
+  std::vector<Tensor> qat_values;  ///< per quantizer: the quantized copy (shape-dependent)
+  Tensor qat_weights;              ///< compute dtype (num_params): fake-quantized conv/fc weights
+  /// The tensor that a step reading value v (through quantizer q, or -1) sees.
+  const Tensor& seen(int v, int q) const {
+    return q >= 0 ? qat_values[static_cast<size_t>(q)] : value(v);
+  }
+  /// QAT construction: quantizers, state (fresh ranges), weight slab, the steps' qin/qres/wq.
+  void build_qat();
+  /// Fresh ranges (amax = state = accum = 1) for every quantizer.
+  void reset_qat_state();
+
   Tensor stat_slab;           ///< f32 running means/vars on the backend
   Tensor nbt;                 ///< host i64 (number of BNs): num_batches_tracked
   std::vector<model_detail::BnState> bns;

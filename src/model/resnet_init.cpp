@@ -100,6 +100,7 @@ void ResNet::init(uint64_t seed) {
     }
   }
   m.be.zero(m.grad_slab);
+  impl_->reset_qat_state();  // QAT: fresh ranges
   refresh_compute_params();
 
   Tensor stats = Tensor::zeros(m.stat_slab.shape(), DType::f32);

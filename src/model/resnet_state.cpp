@@ -4,7 +4,11 @@
 #include <string>
 #include <vector>
 
+#include <cmath>
+#include <map>
+
 #include "core/check.h"
+#include "core/fake_quant.h"
 #include "model/resnet_impl.h"
 #include "model/weights.h"
 
@@ -52,6 +56,21 @@ std::vector<std::pair<std::string, Tensor>> ResNet::state_dict() {
       out.emplace_back(b.name, host);
     }
   }
+  if (!m.quantizers.empty()) {  // QAT ranges (src/model/qat.h)
+    Tensor st = Tensor::empty({m.qat_state.numel()}, DType::f32);
+    m.be.copy(m.qat_state, st);
+    for (size_t q = 0; q < m.quantizers.size(); ++q) {
+      const float* v = st.data_as<const float>() + q * fake_quant::state_size;
+      const qat::ActQuantizer& aq = m.quantizers[q];
+      for (auto [key, i] : {std::pair{qat::amax_key(aq), int{fake_quant::amax}},
+                            std::pair{qat::state_key(aq), int{fake_quant::state}},
+                            std::pair{qat::accum_key(aq), int{fake_quant::accum}}}) {
+        Tensor t = Tensor::empty({1}, DType::f32);
+        *t.data_as<float>() = v[i];
+        out.emplace_back(key, t);
+      }
+    }
+  }
   return out;
 }
 
@@ -69,6 +88,14 @@ void ResNet::load_state_dict(const std::map<std::string, Tensor>& sd_in, bool st
     src = &adapted;
   }
   const std::map<std::string, Tensor>& sd = *src;
+  // QAT range keys of this model -> element of qat_state.
+  std::map<std::string, int64_t> qat_slot;
+  for (size_t q = 0; q < m.quantizers.size(); ++q) {
+    const int64_t b = static_cast<int64_t>(q) * fake_quant::state_size;
+    qat_slot[qat::amax_key(m.quantizers[q])] = b + fake_quant::amax;
+    qat_slot[qat::state_key(m.quantizers[q])] = b + fake_quant::state;
+    qat_slot[qat::accum_key(m.quantizers[q])] = b + fake_quant::accum;
+  }
   // Validate everything before touching the model, so a bad checkpoint leaves it unchanged.
   std::vector<std::string> unexpected, missing;
   for (const auto& [key, t] : sd) {
@@ -98,9 +125,23 @@ void ResNet::load_state_dict(const std::map<std::string, Tensor>& sd_in, bool st
         RN50_CHECK(t.dtype() == DType::f32, "load_state_dict: '{}' has dtype {}, expected F32",
                    key, dtype_name(t.dtype()));
       }
+    } else if (auto qt = qat_slot.find(key); qt != qat_slot.end()) {
+      RN50_CHECK(t.numel() == 1 && t.dtype() == DType::f32 && std::isfinite(*t.data_as<float>()),
+                 "load_state_dict: QAT range '{}' must be one finite F32 value, got {}", key,
+                 t.str());
     } else {
       unexpected.push_back(key);
     }
+  }
+  if (strict && m.quantizers.empty()) {
+    std::vector<std::string> ranges;
+    for (const std::string& k : unexpected)
+      if (qat::is_qat_key(k)) ranges.push_back(k);
+    RN50_CHECK(ranges.empty(),
+               "load_state_dict into {}: the weights hold QAT activation ranges ([{}]): they "
+               "were trained with --qat; pass --qat to train or evaluate them as they were "
+               "trained (or export them: rn50 export --precision int8)",
+               m.desc.arch.name, join(ranges, 3));
   }
   if (strict) {
     for (const StateDictEntry& e : m.desc.state_dict_order) {
@@ -128,6 +169,17 @@ void ResNet::load_state_dict(const std::map<std::string, Tensor>& sd_in, bool st
                                              : static_cast<int64_t>(*t.data_as<int32_t>());
       }
     }
+  }
+  bool any_range = false;
+  for (const auto& [key, slot] : qat_slot) any_range = any_range || sd.count(key);
+  if (strict && !any_range) m.reset_qat_state();  // float weights: QAT starts with fresh ranges
+  if (any_range) {
+    Tensor st = Tensor::empty({m.qat_state.numel()}, DType::f32);
+    m.be.copy(m.qat_state, st);
+    for (const auto& [key, slot] : qat_slot)
+      if (auto it = sd.find(key); it != sd.end())
+        st.data_as<float>()[slot] = *it->second.data_as<const float>();
+    m.be.copy(st, m.qat_state);
   }
   m.have_train_state = false;
   refresh_compute_params();

@@ -179,6 +179,7 @@ void ResNet::Impl::build_schedule() {
     if (s.kind == StepKind::unit) {
       s.w = compute_param_view(s.conv_param);
       s.dw = compute_grad_view(s.conv_param);
+      s.wq = s.w;
       s.gamma = param_view(s.gamma_param);
       s.dgamma = grad_view(s.gamma_param);
       s.beta = param_view(s.beta_param);
@@ -187,10 +188,14 @@ void ResNet::Impl::build_schedule() {
       const Layer& fc = d.layers[static_cast<size_t>(s.layer)];
       s.w = compute_param_view(fc.params[0]);
       s.dw = compute_grad_view(fc.params[0]);
+      s.wq = s.w;
       s.beta = compute_param_view(fc.params[1]);   // the fc bias
       s.dbeta = compute_grad_view(fc.params[1]);
     }
   }
+
+  // QAT: quantizers on the steps' inputs, their ranges, the fake-quantized weight slab.
+  if (opt.qat) build_qat();
 
   // Gradient slots and the gradient-ready order: a dry run of backward.
   walk_backward(false, nullptr);
@@ -209,6 +214,7 @@ void ResNet::Impl::plan(int64_t n, int64_t h, int64_t w) {
 
   // Drop every view first so that reallocation frees the old arenas before allocating.
   for (Step& s : steps) s.out = s.y = s.save_mean = s.save_var = Tensor();
+  for (Tensor& t : qat_values) t = Tensor();
   logits = dlogits_lp = x_in = Tensor();
 
   int64_t scratch_elems = 0, max_act = 0, act_total = 0, stat_total = 0;
@@ -225,6 +231,12 @@ void ResNet::Impl::plan(int64_t n, int64_t h, int64_t w) {
       act_total += round16(y);
       stat_total += 2 * round16(shape[static_cast<size_t>(s.conv_layer)][1]);
     }
+  }
+  std::vector<std::vector<int64_t>> qshape(quantizers.size());  // QAT: quantized copies
+  for (size_t q = 0; q < quantizers.size(); ++q) {
+    qshape[q] = shape[static_cast<size_t>(quantizers[q].layer)];
+    if (static_cast<int>(q) == input_quant) qshape[q][1] = desc.input_channels;
+    if (!quantizers[q].residual) act_total += round16(numel_of(qshape[q]));
   }
   act_total += num_scratch_slots * scratch_elems;
   const int64_t slot = round16(max_act);
@@ -261,6 +273,17 @@ void ResNet::Impl::plan(int64_t n, int64_t h, int64_t w) {
     } else {
       const int64_t b = s.scratch * scratch_elems;
       s.out = act_arena.slice0(b, b + numel_of(os)).reshape(os, L);
+    }
+  }
+  // QAT: a downsample's output is quantized in place (only its add reads it); every other
+  // quantized value gets its own copy, kept for the weight gradient of the layers reading it.
+  for (size_t q = 0; q < quantizers.size(); ++q) {
+    qat_values[q] = Tensor();
+    if (quantizers[q].residual) {
+      for (size_t i = 0; i < steps.size(); ++i)
+        if (quant_of_step[i] == static_cast<int>(q)) qat_values[q] = steps[i].out;
+    } else {
+      qat_values[q] = take(qshape[q], L);
     }
   }
   // Under AMP the fc writes its output in the compute dtype; the loss reads an f32 copy (and
@@ -332,6 +355,8 @@ void ResNet::Impl::walk_backward(bool execute, const Tensor* dlogits) {
                "{}: backward reached '{}' without a gradient for its output", desc.arch.name,
                desc.layers[static_cast<size_t>(s.layer)].name);
     const Tensor in0 = execute ? value(s.in[0]) : Tensor();
+    // What the step's forward read in place of in0 (QAT: the fake-quantized copy).
+    const Tensor in0q = execute ? seen(s.in[0], s.qin) : Tensor();
     switch (s.kind) {
       case StepKind::fc: {
         const int dx = pool.alloc();
@@ -339,9 +364,9 @@ void ResNet::Impl::walk_backward(bool execute, const Tensor* dlogits) {
           Tensor d = slot_view(dx, in0);
           if (dlogits_lp.defined()) {
             be.copy(*dlogits, dlogits_lp);  // f32 -> compute dtype (torch: the half logits' grad)
-            be.linear_bwd(in0, s.w, dlogits_lp, d, s.dw, s.dbeta);
+            be.linear_bwd(in0q, s.wq, dlogits_lp, d, s.dw, s.dbeta);
           } else {
-            be.linear_bwd(in0, s.w, *dlogits, d, s.dw, s.dbeta);
+            be.linear_bwd(in0q, s.wq, *dlogits, d, s.dw, s.dbeta);
           }
         }
         const Layer& fc = desc.layers[static_cast<size_t>(s.layer)];
@@ -402,13 +427,15 @@ void ResNet::Impl::walk_backward(bool execute, const Tensor* dlogits) {
         pool.release(g);  // read by the BN backward only: the slot is free for dx
         done(s.gamma_param);
         done(s.beta_param);
-        if (execute) be.conv2d_bwd_weights(s.conv, in0, dc, s.dw);
+        // QAT: the straight-through estimator — the gradients with respect to the quantized
+        // weight and input are those of the master weight and of the input (src/core/fake_quant.h).
+        if (execute) be.conv2d_bwd_weights(s.conv, in0q, dc, s.dw);
         done(s.conv_param);
         if (s.in[0] != kInputValue) {
           const int dx = pool.alloc();
           if (execute) {
             Tensor d = slot_view(dx, in0);
-            be.conv2d_bwd_data(s.conv, dc, s.w, d);
+            be.conv2d_bwd_data(s.conv, dc, s.wq, d);
           }
           pool.release(dconv);
           contribute(s.in[0], dx);
@@ -452,13 +479,27 @@ const Tensor& ResNet::forward(const Tensor& x, bool train) {
     for (int64_t i = 0; i < m.nbt.numel(); ++i) ++c[i];
   }
   m.x_in = x;
-  for (Step& s : m.steps) {
-    const Tensor& in0 = m.value(s.in[0]);
+  if (m.opt.qat) {
+    // Fake-quantized weights from the f32 master weights (per output channel), then the input.
+    for (Step& s : m.steps)
+      if (s.kind == StepKind::unit)
+        m.be.fake_quant_weight(m.param_view(s.conv_param), s.wq);
+      else if (s.kind == StepKind::fc)
+        m.be.fake_quant_weight(m.param_view(m.desc.layers[static_cast<size_t>(s.layer)].params[0]),
+                               s.wq);
+    if (m.input_quant >= 0) {
+      const auto q = static_cast<size_t>(m.input_quant);
+      m.be.fake_quant_act(x, m.qat_states[q], train, m.qat_values[q]);
+    }
+  }
+  for (size_t si = 0; si < m.steps.size(); ++si) {
+    Step& s = m.steps[si];
+    const Tensor& in0 = m.seen(s.in[0], s.qin);
     switch (s.kind) {
       case StepKind::unit: {
         const BatchNormParams bp{m.opt.bn_eps, m.opt.bn_momentum, s.relu};
         model_detail::BnState& bn = m.bns[static_cast<size_t>(s.bn)];
-        m.be.conv2d_fwd(s.conv, in0, s.w, s.y);
+        m.be.conv2d_fwd(s.conv, in0, s.wq, s.y);
         if (train)
           m.be.batchnorm_fwd_train(bp, s.y, s.gamma, s.beta, bn.running_mean, bn.running_var,
                                    s.out, s.save_mean, s.save_var);
@@ -467,13 +508,18 @@ const Tensor& ResNet::forward(const Tensor& x, bool train) {
                                    s.out);
         break;
       }
-      case StepKind::join: m.be.add_relu_fwd(in0, m.value(s.in[1]), s.out); break;
+      case StepKind::join: m.be.add_relu_fwd(in0, m.seen(s.in[1], s.qres), s.out); break;
       case StepKind::maxpool: m.be.maxpool2d_fwd(s.pool, in0, s.out); break;
       case StepKind::avgpool: m.be.global_avgpool_fwd(in0, s.out); break;
       case StepKind::fc:
-        m.be.linear_fwd(in0, s.w, s.beta, s.out);
+        m.be.linear_fwd(in0, s.wq, s.beta, s.out);
         if (m.logits.data() != s.out.data()) m.be.copy(s.out, m.logits);  // -> f32 for the loss
         break;
+    }
+    // QAT: this output's range (updated from the batch when training) and quantized copy.
+    if (m.opt.qat && m.quant_of_step[si] >= 0) {
+      const auto q = static_cast<size_t>(m.quant_of_step[si]);
+      m.be.fake_quant_act(s.out, m.qat_states[q], train, m.qat_values[q]);
     }
   }
   if (!train) m.x_in = Tensor();  // an eval forward keeps nothing for backward

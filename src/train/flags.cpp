@@ -274,6 +274,12 @@ std::vector<FlagSpec> make_table() {
                       "keeps at most 2 of each 4 input channels, held at zero through training "
                       "(masks from --prune-model or an --asp checkpoint)",
                       T));
+  t.push_back(switch_("--qat", &C::qat,
+                      "quantization-aware training (DLE flag): 8-bit fake quantization of conv/fc "
+                      "weights (per output channel) and inputs (per tensor, moving-average abs-max "
+                      "ranges, rate 0.9), straight-through backward; eval runs it too; rn50 export "
+                      "--precision int8 takes the learnt ranges",
+                      B));
   t.push_back(switch_("--prune-model", &C::prune_model,
                       "compute the 2:4 masks from the starting weights with --mask-algo (DLE "
                       "flag; needs --asp)",

@@ -20,6 +20,13 @@ reproduce:
                     training mode; entry i is the loss before update i (the last one after the
                     final update).
 
+With --qat, every model above is quantization-aware as rn50's --qat (src/core/fake_quant.h,
+src/model/qat.h): conv/fc weights fake-quantized per output channel, their inputs, the average
+pool's input and each residual add's shortcut per tensor with moving-average (rate 0.9) abs-max ranges,
+8 bits symmetric, and the straight-through estimator in Paddle's unclipped form
+(x + (q - x).detach()); the ranges after the training forward are recorded as
+qat.<quantizer>._amax (F32 [1]).
+
 With --margin-tries T, the input batch is the best of T draws: the one whose smallest ReLU
 input (relative to the max-abs of that ReLU's input) is largest, stored as metadata relu_margin.
 
@@ -113,6 +120,80 @@ def list_keys(args):
         sys.stdout.write(text)
 
 
+def fake_quant(x, amax):
+    """8-bit symmetric fake quantization with step amax / 127 (round half to even), and the
+    unclipped straight-through gradient. amax: a float or a broadcastable tensor (0 -> 0)."""
+    s = amax / 127.0
+    if torch.is_tensor(s):
+        safe = torch.where(s > 0, s, torch.ones_like(s))
+        q = torch.where(s > 0, torch.clamp(torch.round(x * (1.0 / safe)), -127, 127) * safe,
+                        torch.zeros_like(x))
+    else:
+        q = (torch.clamp(torch.round(x * (1.0 / s)), -127, 127) * s if s > 0
+             else torch.zeros_like(x))
+    return x + (q - x).detach()
+
+
+class MovingAbsMax:
+    """Paddle's moving-average abs-max range (state = accum = 1 at the start), in float32
+    arithmetic as rn50 keeps it (so the ranges agree bit for bit with rn50's given the same
+    batch maxima)."""
+
+    def __init__(self, owner):
+        one = np.float32(1)
+        self.owner, self.state, self.accum, self.amax = owner, one, one, one
+
+    def __call__(self, x):
+        if self.owner.training:
+            m = np.float32(float(x.detach().abs().max()))
+            r = np.float32(0.9)
+            self.state = np.float32(r * self.state) + np.float32(1)
+            self.accum = np.float32(r * self.accum) + m
+            self.amax = np.float32(self.accum / self.state)
+        return fake_quant(x, float(self.amax))
+
+
+def add_qat(m):
+    """Makes model m quantization-aware in place; returns {quantizer name: MovingAbsMax}."""
+    quant = {}
+
+    def weight_fq(w):
+        amax = w.detach().abs().amax(dim=tuple(range(1, w.dim())), keepdim=True)
+        return fake_quant(w, amax)
+
+    for name, mod in m.named_modules():
+        if isinstance(mod, torch.nn.Conv2d):
+            q = quant[name + "._input_quantizer"] = MovingAbsMax(m)
+            mod.forward = (lambda x, mod=mod, q=q:
+                           mod._conv_forward(q(x), weight_fq(mod.weight), mod.bias))
+        elif isinstance(mod, torch.nn.Linear):
+            q = quant[name + "._input_quantizer"] = MovingAbsMax(m)
+            mod.forward = lambda x, mod=mod, q=q: F.linear(q(x), weight_fq(mod.weight), mod.bias)
+        elif isinstance(mod, torch.nn.AdaptiveAvgPool2d):
+            q = quant[name + "._input_quantizer"] = MovingAbsMax(m)
+            mod.register_forward_pre_hook(lambda _m, inp, q=q: (q(inp[0]),))
+        elif isinstance(mod, (torchvision.models.resnet.BasicBlock,
+                              torchvision.models.resnet.Bottleneck)):
+            # The residual add reads its shortcut quantized (pytorch-quantization's
+            # residual_quantizer): the downsample's output, or the block input (rn50 shares
+            # that value's quantizer with conv1; a separate one here sees the same data).
+            q = quant[name + ".residual_quantizer"] = MovingAbsMax(m)
+            mod.forward = lambda x, b=mod, q=q: block_forward(b, x, q)
+    return quant
+
+
+def block_forward(b, x, q):
+    """torchvision's BasicBlock / Bottleneck forward with a quantized shortcut."""
+    out = b.relu(b.bn1(b.conv1(x)))
+    if isinstance(b, torchvision.models.resnet.Bottleneck):
+        out = b.relu(b.bn2(b.conv2(out)))
+        out = b.bn3(b.conv3(out))
+    else:
+        out = b.bn2(b.conv2(out))
+    identity = b.downsample(x) if b.downsample is not None else x
+    return b.relu(out + q(identity))
+
+
 def perturb_bn(m, gen):
     """Random BN affine parameters and plausible running statistics (never 1/0)."""
     bns = [mod for mod in m.modules() if isinstance(mod, torch.nn.BatchNorm2d)]
@@ -186,10 +267,16 @@ def golden(args):
     labels = torch.randint(0, args.classes, (args.batch,), generator=gen)
     cdt = torch.float64 if args.dtype == "float64" else torch.float32
 
+    quantizers = {}
+
     def fresh():
         mm = build(args.arch, args.classes)
         mm.load_state_dict(init_sd)
-        return mm.to(cdt)
+        mm = mm.to(cdt)
+        if args.qat:
+            quantizers.clear()
+            quantizers.update(add_qat(mm))
+        return mm
 
     out = [("init." + k, np_of(v)) for k, v in init_sd.items()]
     out += [("input", np_of(x)), ("labels", np_of(labels).astype(np.int32))]
@@ -203,6 +290,8 @@ def golden(args):
     # Gradients are stored as F32 (their rounding, ~6e-8 relative, is far below any tolerance).
     out += [("grad." + k, np_of(p.grad).astype(np.float32)) for k, p in mt.named_parameters()]
     out += [("after." + k, np_of(v)) for k, v in mt.named_buffers()]
+    out += [("qat." + k + "._amax", np.array([q.amax], dtype=np.float32))
+            for k, q in quantizers.items()]
 
     # Eval-mode forward with the initial running statistics.
     me = fresh().eval()
@@ -257,6 +346,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--margin-tries", type=int, default=0,
                     help="input draws to pick the largest smallest-ReLU-margin from")
+    ap.add_argument("--qat", action="store_true",
+                    help="quantization-aware model (fake quantization as rn50 --qat)")
     ap.add_argument("--list-keys", action="store_true",
                     help="write the state_dict keys, kinds, dtypes and shapes and exit")
     args = ap.parse_args()

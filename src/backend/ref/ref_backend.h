@@ -76,6 +76,8 @@ class RefBackend final : public Backend {
                               float smoothing, float scale, Tensor& dlogits,
                               const Tensor& state) override;
   void mixup_images(Tensor& x, const Tensor& state) override;
+  void fake_quant_act(const Tensor& x, Tensor& qstate, bool update, Tensor& y) override;
+  void fake_quant_weight(const Tensor& w, Tensor& y) override;
   void topk_hits(const Tensor& logits, const Tensor& labels, Tensor& hits) override;
 
   void normalize_u8(const Tensor& src, const std::array<float, 3>& mean,
