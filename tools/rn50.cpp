@@ -315,11 +315,14 @@ int main(int argc, char** argv) {
   exp->add_option("--output", ec.output, "folder to write")->required();
   exp->add_option("--format", ec_formats,
                   "comma list of rn50 and onnx (default: both; rn50 alone in a build without "
-                  "ONNX)");
+                  "ONNX); with --precision int8 the ONNX is QDQ (QuantizeLinear/DequantizeLinear, "
+                  "int8, per-channel weights)");
   exp->add_option("--precision", ec.precision,
-                  "fp32, or int8: calibrate activation ranges on --image-root's train/ images "
-                  "with eval preprocessing (the INT8 engine reads them)");
-  exp->add_option("--image-root", ec.calib_root, "ImageFolder root for int8 calibration");
+                  "fp32, or int8: activation ranges for the INT8 engine, the ones weights trained "
+                  "with --qat hold (used as they are, no calibration), else calibrated on "
+                  "--image-root's train/ images with eval preprocessing");
+  exp->add_option("--image-root", ec.calib_root,
+                  "ImageFolder root for int8 calibration (not with QAT weights)");
   exp->add_option("--calib-images", ec.calib_images,
                   "calibration images, evenly spaced over the sorted train/ list (500)");
   exp->add_option("--calib-method", ec.calib_method,
@@ -390,8 +393,10 @@ int main(int argc, char** argv) {
           for (int c = 0; c < 3; ++c) dst[c] = static_cast<float>(v[c]);
         }
       }
-      if (ec_formats.empty())
-        ec_formats = rn50::onnx_export_available() && ec.precision != "int8" ? "rn50,onnx" : "rn50";
+      for (const char* flag : {"--image-root", "--calib-images", "--calib-method",
+                               "--calib-percentile"})
+        if (exp->count(flag) > 0) ec.calib_flags.push_back(flag);
+      if (ec_formats.empty()) ec_formats = rn50::onnx_export_available() ? "rn50,onnx" : "rn50";
       std::stringstream formats(ec_formats);
       ec.formats.clear();
       for (std::string f; std::getline(formats, f, ',');) ec.formats.push_back(f);

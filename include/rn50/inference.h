@@ -62,10 +62,19 @@ struct InferenceProgram {
   std::vector<int> producer;
   /// Index of the op writing the logits (the fc), always ops.size() - 1.
   int logits_op() const { return static_cast<int>(ops.size()) - 1; }
-  /// INT8 calibration: for each value (same indexing as producer), the calibrated range of
-  /// |x| in the fp32 program (the absolute maximum or a percentile of |x| over the calibration
-  /// images; see Calibrator). Empty when the program is not calibrated; the INT8 engine needs it.
+  /// INT8 ranges: for each value (same indexing as producer), the range of |x| the INT8 engine
+  /// quantizes it with: calibrated in the fp32 program (the absolute maximum or a percentile of
+  /// |x| over the calibration images; see Calibrator), or learnt by quantization-aware training
+  /// (qat_ranges; 0 for the values no quantizer covers). Empty when the program has no ranges;
+  /// the INT8 engine needs them.
   std::vector<float> value_absmax;
+  /// value_absmax holds ranges learnt by quantization-aware training (`rn50 train --qat`,
+  /// apply_qat_ranges): the INT8 engine then quantizes on the grid the network was trained on
+  /// (src/core/fake_quant.h): every 8-bit value, u8 ones included, with step absmax / 127 and its
+  /// codes clamped to [-127, 127] (u8: [0, 127]). false: post-training calibration's grid, u8
+  /// values with step absmax / 255 (codes 0..255), s8 values absmax / 127 (-128..127).
+  /// Persisted as model.json's int8_calibration "method": "qat".
+  bool qat_ranges = false;
 };
 
 /// Builds the program of `desc` with the weights of `state_dict` (host tensors keyed by
@@ -85,9 +94,27 @@ InferenceProgram fold_network(const NetworkDesc& desc,
 InferenceProgram fold_weights_file(const std::string& path, const std::string& arch = "",
                                    int num_classes = 0);
 
+/// Whether a state dict holds quantization-aware-training ranges (a key src/model/qat.h's
+/// is_qat_key recognises: "<layer>._input_quantizer._amax", "..._state", "..._accum",
+/// "<block>.residual_quantizer._amax", ...). fold_network ignores such keys (an fp32 export of
+/// QAT weights is the float network; its fake-quant grid is lost).
+bool has_qat_ranges(const std::map<std::string, Tensor>& state_dict);
+
+/// Takes the activation ranges a QAT model learnt (the "<quantizer>._amax" entry of each
+/// quantizer src/model/qat.h's activation_quantizers(desc) lists) into `program` (folded from the
+/// same `desc` and `state_dict`): value_absmax[q.layer] = amax for every quantizer, 0 for the
+/// other values, and qat_ranges = true. No calibration: these are the ranges the network was
+/// trained to tolerate. `what` names the weights in messages. Throws rn50::Error naming the key
+/// when a quantizer's amax is missing, not one f32 value, or not finite and > 0.
+void apply_qat_ranges(InferenceProgram& program, const NetworkDesc& desc,
+                      const std::map<std::string, Tensor>& state_dict, const std::string& what);
+
 /// How a program's value_absmax was obtained (recorded in model.json for INT8 models).
 struct CalibrationInfo {
-  std::string method;        ///< "max" or "percentile"; empty = not calibrated
+  /// "max" or "percentile" (post-training calibration), "qat" (the ranges quantization-aware
+  /// training learnt, images 0; save_inference_model writes "qat" whenever
+  /// program.qat_ranges, and load_inference_model sets qat_ranges from it); empty = none.
+  std::string method;
   double percentile = 0;     ///< percentile of |x| (method "percentile"), e.g. 99.99
   int64_t images = 0;        ///< calibration images
   std::string image_root;    ///< where they came from (<root>/train, eval preprocessing)
@@ -138,11 +165,28 @@ inline constexpr const char* kOnnxFile = "model.onnx";
 /// float32 ["batch", classes]; nodes Conv (BN folded: weight and bias initializers), Add (the
 /// residual), Relu, MaxPool, GlobalAveragePool, Flatten and Gemm (transB=1); metadata_props
 /// "arch", "num_classes", "classes" (a JSON array), "mean", "std" (comma lists), "resize_short",
-/// "crop_size". The model passes onnx::checker before it is written. The input is expected
-/// normalised as in training (rn50 does not put the normalisation into the graph, as DLE's
-/// exports). Throws rn50::Error naming the path when the checker refuses the model, on an I/O
-/// error, or when this build has no ONNX support (onnx_export_available() is false).
-void save_onnx_model(const InferenceModel& model, const std::string& path);
+/// "crop_size", "precision" ("fp32" or "int8"). The model passes onnx::checker before it is
+/// written. The input is expected normalised as in training (rn50 does not put the
+/// normalisation into the graph, as DLE's exports). Throws rn50::Error naming the path when the
+/// checker refuses the model, on an I/O error, or when this build has no ONNX support
+/// (onnx_export_available() is false).
+///
+/// int8 = true (needs program.value_absmax): a QDQ model (TensorRT's explicit-quantization
+/// form, as pytorch-quantization exports QAT ResNets) quantizing what the INT8 engine
+/// quantizes. Every value the engine stores in 8 bits (each output of a conv but the stem, and
+/// the maxpool output those convs read) goes through QuantizeLinear -> DequantizeLinear right
+/// after it is computed, and every reader (the next convs, the residual Add, the average pool)
+/// reads the DequantizeLinear output; per tensor, int8 with zero point 0 and scale
+/// absmax / 127 (TensorRT takes int8 only). For QAT ranges (qat_ranges) that is exactly the
+/// grid the network trained on and the INT8 engine runs; for calibrated ranges the engine
+/// stores the ReLU outputs as u8 with step absmax / 255, so the ONNX is one bit coarser there.
+/// Each of those convs reads its weight as an int8 initializer "<conv>.weight_quantized"
+/// through DequantizeLinear with per-output-channel scales "<conv>.weight_scale" (axis 0,
+/// max |W_k| / 127 of the folded weight, quant::weight_scales; codes rounded to nearest even
+/// as the engine's) and int8 zero points; the bias stays float. The stem conv, the average pool
+/// and the fc stay float, as in the engine (metadata_props "int8": a description;
+/// "calibration": model.info.calibration.method).
+void save_onnx_model(const InferenceModel& model, const std::string& path, bool int8 = false);
 
 /// `rn50 export`: fold a trained model and write it for inference.
 struct ExportConfig {
@@ -160,17 +204,26 @@ struct ExportConfig {
   std::string output;                ///< --output DIR
   /// --format: "rn50" (model.json + model.safetensors) and/or "onnx" (model.onnx).
   std::vector<std::string> formats{"rn50"};
-  /// --precision: fp32, or int8 (also calibrates: the model then holds the activation ranges
-  /// the INT8 engine needs; its weights stay f32 and are quantized when the engine loads them).
+  /// --precision: fp32, or int8: the model then holds the activation ranges the INT8 engine
+  /// needs (its weights stay f32 and are quantized when the engine loads them). Weights with
+  /// QAT ranges (has_qat_ranges: trained with --qat) give their learnt ranges (apply_qat_ranges;
+  /// calibration method "qat"); other weights are calibrated on --image-root's images.
+  /// int8 with format "onnx" writes a QDQ ONNX (save_onnx_model with int8).
   std::string precision = "fp32";
   std::string calib_root;        ///< --image-root: calibration images come from <root>/train
   int calib_images = 500;        ///< --calib-images
   std::string calib_method = "percentile";  ///< --calib-method max|percentile
   double calib_percentile = 99.99;          ///< --calib-percentile (method percentile)
+  /// The calibration flags given on the command line ("--image-root", "--calib-images", ...;
+  /// the CLI fills it; calib_root set counts as --image-root): refused with QAT weights, whose
+  /// ranges need no calibration.
+  std::vector<std::string> calib_flags;
 };
 
-/// Runs the export and prints one summary line to `out`. Throws rn50::Error naming the flag or
-/// file on a bad value, an unreadable weights file or a format/precision not built yet.
+/// Runs the export and prints one summary line to `out` (and, for int8 from QAT weights, one
+/// line before it saying whose QAT ranges were used). Throws rn50::Error naming the flag or
+/// file on a bad value, an unreadable weights file, calibration flags with QAT weights, or a
+/// format/precision not built yet.
 void run_export(const ExportConfig& cfg, std::ostream& out);
 
 /// Options of an inference engine.
@@ -178,13 +231,18 @@ struct EngineOptions {
   /// "cpu" (oneDNN). Others are refused with an Error until their engine exists.
   std::string device = "cpu";
   /// "fp32"; "bf16" (activations and conv/fc weights bf16; bias, accumulation and logits f32;
-  /// oneDNN emulates it on CPUs without AVX-512-BF16); or "int8" (needs a calibrated program,
+  /// oneDNN emulates it on CPUs without AVX-512-BF16); or "int8" (needs a program with ranges,
   /// value_absmax): every convolution but the stem in INT8 as oneDNN's INT8 inference example
   /// (cnn_inference_int8.cpp): s8 weights with per-output-channel scales max|W_k| / 127,
   /// activations u8 (values after a ReLU) or s8 (the downsample convs' outputs) with per-tensor
   /// scales absmax / 255 or absmax / 127, s32 accumulation, the folded bias, residual sum and
   /// ReLU applied in f32 in the epilogue, rounding to nearest even with saturation. The stem conv
   /// (3 input channels, 2% of the FLOPs), the global average pool and the fc stay f32.
+  /// Ranges learnt by QAT (InferenceProgram::qat_ranges): the training grid instead, u8 values
+  /// with scale absmax / 127 too, every 8-bit value's codes clamped to [-127, 127] (a clip
+  /// post-op in place of the ReLU; the maxpool output is quantized through s8, which saturates
+  /// at 127). The network input and the fc input, fake-quantized in QAT training, stay f32 here
+  /// (as the stem conv and fc they feed; the fc and stem weights are not fake-quantized either).
   std::string precision = "fp32";
 };
 

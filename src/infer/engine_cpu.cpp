@@ -10,7 +10,10 @@
 //   fc              inner_product_forward with bias
 //   int8            the same convs with u8/s8 src and dst, s8 weights (per-channel scales),
 //                   output scales and a sum post-op whose scale and data type are the shortcut's;
-//                   reorders quantize the stem's f32 output and dequantize the last block's
+//                   reorders quantize the stem's f32 output and dequantize the last block's.
+//                   QAT ranges: every activation scale absmax / 127, the ReLU replaced by
+//                   eltwise_clip [0, 127] (codes; [-127, 127] without ReLU) and f32 -> u8 done
+//                   as f32 -> s8 -> u8, so codes stop at 127 as in fake_quant.h
 // Activation buffers are assigned by liveness (a buffer is reused once the last op reading its
 // value has run), so ResNet-50 needs a handful of buffers, not one per layer.
 #include <fmt/format.h>
@@ -25,6 +28,7 @@
 #include <unordered_map>
 
 #include "core/check.h"
+#include "core/fake_quant.h"
 #include "infer/engine_impl.h"
 #include "infer/quantize.h"
 
@@ -50,6 +54,7 @@ struct Plan {
   std::vector<std::vector<float>> buffers;
   std::vector<Step> steps;
   std::vector<memory> packed;              ///< packed conv/fc weights, kept alive
+  std::vector<Tensor> owned;               ///< QAT: the fc's fake-quantized weights
   std::vector<std::vector<float>> biases;  ///< int8: biases in accumulator units
   memory input;                            ///< the network input buffer, nhwc
   /// The user's f32 input (NCHW [0] or NHWC [1]) into `input`, built on first use.
@@ -68,7 +73,8 @@ class CpuEngine final : public InferenceEngine {
         strm_(eng_) {
     RN50_CHECK(precision_ != "int8" || prog_.value_absmax.size() == prog_.producer.size(),
                "inference: --precision int8 needs a calibrated model (activation ranges); export "
-               "it with rn50 export --precision int8 --image-root DIR --calib-images N");
+               "it with rn50 export --precision int8 --image-root DIR --calib-images N (or from "
+               "weights trained with --qat, which hold their ranges)");
     RN50_CHECK(!observer_ || precision_ == "fp32", "inference: the observer needs fp32");
   }
 
@@ -138,6 +144,7 @@ class CpuEngine final : public InferenceEngine {
   std::unique_ptr<Plan> build(int64_t n, int64_t h, int64_t w) {
     const auto& ops = prog_.ops;
     const bool int8 = precision_ == "int8";
+    const bool qat = int8 && prog_.qat_ranges;  // QAT's grid (rn50/inference.h)
     // Values: the program's, then conversion copies appended by the lowering below.
     std::vector<std::array<int64_t, 3>> shape(prog_.producer.size(), {0, 0, 0});
     std::vector<dt> vdt(shape.size(), act_);
@@ -152,6 +159,18 @@ class CpuEngine final : public InferenceEngine {
       nonneg.push_back(nonneg[static_cast<size_t>(like)]);
       return static_cast<int>(shape.size()) - 1;
     };
+    // The range of a value the engine stores in 8 bits. QAT ranges exist only where training
+    // had a quantizer: a value without one cannot be put on the trained grid.
+    auto absmax_of = [&](size_t v, const std::string& op) {
+      const float a = prog_.value_absmax.at(v);
+      RN50_CHECK(!qat || (a > 0 && std::isfinite(a)),
+                 "inference: the QAT ranges have none for the output of '{}' (value {}), which "
+                 "the INT8 engine stores in 8 bits",
+                 op, v);
+      return a;
+    };
+    std::vector<std::string> writer(shape.size(), "the input");
+    for (const InferOp& op : prog_.ops) writer.at(static_cast<size_t>(op.output)) = op.name;
     std::vector<Node> nodes;
     std::map<std::pair<int, int>, int> copies;  // (value, data type) -> its converted copy
     auto as = [&](int v, dt want) {
@@ -166,10 +185,21 @@ class CpuEngine final : public InferenceEngine {
       float sc = scale[static_cast<size_t>(v)];
       if (want == dt::s8) {  // quantize: u8 when the value cannot be negative
         d = nonneg[static_cast<size_t>(v)] ? dt::u8 : dt::s8;
-        sc = quant::activation_scale(prog_.value_absmax.at(static_cast<size_t>(v)), d == dt::u8);
+        sc = quant::activation_scale(
+            absmax_of(static_cast<size_t>(v), writer.at(static_cast<size_t>(v))), d == dt::u8, qat);
       }
-      const int c = add_value(v, d, d == dt::f32 ? 1.f : sc);
-      nodes.push_back({-1, v, -1, c});
+      int c;
+      if (qat && d == dt::u8) {
+        // QAT's grid stops at code 127: quantize into s8 (saturating at 127; the value is not
+        // negative), then widen the codes to u8 for the convs.
+        const int s8 = add_value(v, dt::s8, sc);
+        nodes.push_back({-1, v, -1, s8});
+        c = add_value(v, dt::u8, sc);
+        nodes.push_back({-1, s8, -1, c});
+      } else {
+        c = add_value(v, d, d == dt::f32 ? 1.f : sc);
+        nodes.push_back({-1, v, -1, c});
+      }
       copies.emplace(key, c);
       return c;
     };
@@ -186,11 +216,13 @@ class CpuEngine final : public InferenceEngine {
                out_size(in_shape[1], op.conv.kernel, op.conv.stride, op.conv.pad),
                out_size(in_shape[2], op.conv.kernel, op.conv.stride, op.conv.pad)};
           nonneg[out] = op.relu;
-          if (int8 && op.input != 0) {
+          // The stem conv reads the f32 image: INT8 only with QAT ranges (training quantized
+          // the image with a learnt range; calibration keeps the stem in f32).
+          if (int8 && (op.input != 0 || qat)) {
             nd.in = as(op.input, dt::s8);
             if (op.residual >= 0) nd.res = as(op.residual, dt::s8);
             vdt[out] = op.relu ? dt::u8 : dt::s8;
-            scale[out] = quant::activation_scale(prog_.value_absmax.at(out), op.relu);
+            scale[out] = quant::activation_scale(absmax_of(out, op.name), op.relu, qat);
           } else {
             nd.res = op.residual;
             vdt[out] = int8 ? dt::f32 : act_;
@@ -213,6 +245,9 @@ class CpuEngine final : public InferenceEngine {
           break;
         case InferOp::Kind::fc:
           o = {prog_.num_classes, 1, 1};
+          // QAT: the fc's input on its trained grid (quantized, then dequantized for the f32 fc,
+          // whose weights are fake-quantized per output channel below), as in training.
+          if (qat) nd.in = as(as(op.input, dt::s8), dt::f32);
           vdt[out] = dt::f32;  // the logits
           break;
       }
@@ -297,13 +332,16 @@ class CpuEngine final : public InferenceEngine {
       memory src_m(src, eng_, ptr(nd.in)), dst_m(dst, eng_, ptr(nd.out));
       const float s_in = scale[static_cast<size_t>(nd.in)],
                   s_out = scale[static_cast<size_t>(nd.out)];
-      if (nd.op < 0) {  // quantize (f32 -> u8/s8: x / s_out) or dequantize (q * s_in)
+      if (nd.op < 0) {  // quantize (f32 -> u8/s8: x / s_out), dequantize (q * s_in) or convert
         const bool to_f32 = vdt[static_cast<size_t>(nd.out)] == dt::f32;
+        const bool from_f32 = vdt[static_cast<size_t>(nd.in)] == dt::f32;
         dnnl::primitive_attr attr;
         if (to_f32)
           attr.set_output_scales(0, {s_in});
-        else
+        else if (from_f32)
           attr = quant::quantize_attr({s_out}, 0);
+        else  // codes into codes of the same scale (s8 -> u8)
+          RN50_CHECK(s_in == s_out, "inference: int8 conversion between scales");
         dnnl::reorder::primitive_desc pd(eng_, src, eng_, dst, attr);
         st.prim = dnnl::reorder(pd);
         st.args = {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_DST, dst_m}};
@@ -344,7 +382,14 @@ class CpuEngine final : public InferenceEngine {
           } else if (nd.res >= 0) {
             po.append_sum(1.f);
           }
-          if (op.relu) po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+          if (q && qat) {
+            // The codes QAT's fake quantizer can give (after the output scale, before
+            // rounding; clipping at integers commutes with the rounding): [0, 127] with the
+            // ReLU, [-127, 127] without (s8 alone would reach -128).
+            po.append_eltwise(1.f, algorithm::eltwise_clip, op.relu ? 0.f : -127.f, 127.f);
+          } else if (op.relu) {
+            po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+          }
           attr.set_post_ops(po);
           dnnl::convolution_forward::primitive_desc pd(d, attr, eng_);
           st.prim = dnnl::convolution_forward(pd);
@@ -386,8 +431,24 @@ class CpuEngine final : public InferenceEngine {
           dnnl::inner_product_forward::desc d(prop_kind::forward_inference, x2, w_any, b_md, y2);
           dnnl::inner_product_forward::primitive_desc pd(d, eng_);
           st.prim = dnnl::inner_product_forward(pd);
+          const Tensor* fw = &op.weight;
+          if (qat) {  // per output channel, src/core/fake_quant.h
+            Tensor q = Tensor::empty(op.weight.shape(), DType::f32);
+            const float* src = op.weight.data_as<const float>();
+            float* dst = q.data_as<float>();
+            for (int64_t r = 0; r < k; ++r) {
+              float m = 0;
+              for (int64_t i = 0; i < c; ++i) m = std::max(m, std::fabs(src[r * c + i]));
+              const float s = fake_quant::step_of(m), inv = 1.f / s;
+              for (int64_t i = 0; i < c; ++i)
+                dst[r * c + i] =
+                    m > 0 ? fake_quant::quantize_dequantize(src[r * c + i], s, inv) : 0.f;
+            }
+            plan->owned.push_back(q);
+            fw = &plan->owned.back();
+          }
           const memory w =
-              pack(op.weight, memory::desc({k, c}, dt::f32, tag::oi), pd.weights_desc(), {});
+              pack(*fw, memory::desc({k, c}, dt::f32, tag::oi), pd.weights_desc(), {});
           const memory b(b_md, eng_, op.bias.data());
           st.args = {{DNNL_ARG_SRC, memory(x2, eng_, ptr(nd.in))},
                      {DNNL_ARG_WEIGHTS, w},

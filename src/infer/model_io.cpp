@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,8 @@
 #include "core/check.h"
 #include "core/fileio.h"
 #include "core/safetensors.h"
+#include "model/qat.h"
+#include "model/weights.h"
 #include "rn50/inference.h"
 
 namespace rn50 {
@@ -103,8 +106,11 @@ void save_inference_model(const InferenceModel& m, const std::string& dir) {
   j["precision"] = "fp32";  // the stored weights; int8 engines quantize them at load
   if (!p.value_absmax.empty()) {
     // INT8 calibration: per value, the |x| range the INT8 engine quantizes with.
+    // QAT ranges are marked by the method: the engine quantizes them on the training grid.
     const CalibrationInfo& c = m.info.calibration;
-    json cal = {{"method", c.method}, {"images", c.images}, {"image_root", c.image_root}};
+    json cal = {{"method", p.qat_ranges ? std::string("qat") : c.method},
+                {"images", p.qat_ranges ? 0 : c.images},
+                {"image_root", c.image_root}};
     if (c.method == "percentile") cal["percentile"] = c.percentile;
     json r = json::array();
     for (float a : p.value_absmax) r.push_back(a);
@@ -237,6 +243,7 @@ InferenceModel load_inference_model(const std::string& dir) {
     m.info.calibration.images = field<int64_t>(c, "images", where);
     m.info.calibration.image_root = c.value("image_root", std::string());
     m.info.calibration.percentile = c.value("percentile", 0.0);
+    p.qat_ranges = m.info.calibration.method == "qat";
     p.value_absmax = field<std::vector<float>>(c, "value_absmax", where);
     RN50_CHECK(static_cast<int64_t>(p.value_absmax.size()) == nv,
                "{}: value_absmax has {} entries for {} values", where, p.value_absmax.size(), nv);
@@ -262,18 +269,32 @@ void run_export(const ExportConfig& cfg, std::ostream& out) {
              "--precision bf16 runs any model)",
              cfg.precision);
   const bool int8 = cfg.precision == "int8";
-  RN50_CHECK(!int8 || !cfg.calib_root.empty(),
-             "--precision int8 calibrates on training images: pass --image-root DIR (its train/ "
-             "folder is used)");
-  for (const std::string& f : cfg.formats)
-    RN50_CHECK(!int8 || f != "onnx",
-               "--format onnx with --precision int8: rn50 writes fp32 ONNX only (a QDQ ONNX "
-               "comes with quantization-aware training); export ONNX in a separate fp32 run");
   RN50_CHECK(cfg.crop_size >= 1 && cfg.resize_short >= cfg.crop_size,
              "--resize-short {} / --crop-size {}: need crop >= 1 and resize >= crop",
              cfg.resize_short, cfg.crop_size);
+  // fold_weights_file, keeping the description and the state dict for the QAT ranges.
+  const SafeTensorsFile file = load_safetensors(cfg.weights);
+  const std::string arch_name = cfg.arch.empty() ? infer_arch(file.tensors, cfg.weights) : cfg.arch;
+  const int k = classes_of(file, cfg.weights, cfg.num_classes);
+  const NetworkDesc desc = describe(arch_from_name(arch_name), k);
+  const std::map<std::string, Tensor> sd = state_dict_f32(file, cfg.weights, k);
+  // Weights trained with --qat hold their activation ranges: int8 takes them, no calibration.
+  const bool qat = int8 && has_qat_ranges(sd);
+  std::vector<std::string> calib_flags = cfg.calib_flags;
+  if (!cfg.calib_root.empty() &&
+      std::find(calib_flags.begin(), calib_flags.end(), "--image-root") == calib_flags.end())
+    calib_flags.insert(calib_flags.begin(), "--image-root");
+  RN50_CHECK(!qat || calib_flags.empty(),
+             "{} with --precision int8: '{}' holds the activation ranges quantization-aware "
+             "training learnt (--qat), which the INT8 model takes as they are; QAT ranges need "
+             "no calibration: drop {}",
+             calib_flags.empty() ? "" : calib_flags.front(), cfg.weights,
+             fmt::join(calib_flags, ", "));
+  RN50_CHECK(!int8 || qat || !cfg.calib_root.empty(),
+             "--precision int8 calibrates on training images: pass --image-root DIR (its train/ "
+             "folder is used), or export weights trained with --qat (they hold their ranges)");
   InferenceModel m;
-  m.program = fold_weights_file(cfg.weights, cfg.arch, cfg.num_classes);
+  m.program = fold_network(desc, sd);
   const std::string& arch = m.program.arch;
   const int classes = m.program.num_classes;
   m.info.classes = cfg.classes;
@@ -284,7 +305,15 @@ void run_export(const ExportConfig& cfg, std::ostream& out) {
   m.info.mean.assign(cfg.norm.mean.begin(), cfg.norm.mean.end());
   m.info.std.assign(cfg.norm.std.begin(), cfg.norm.std.end());
   std::string calib_note;
-  if (int8) {
+  if (qat) {
+    apply_qat_ranges(m.program, desc, sd, fmt::format("'{}'", cfg.weights));
+    m.info.calibration = {"qat", 0.0, 0, ""};
+    calib_note = ", int8 with the QAT ranges (no calibration)";
+    out << fmt::format(
+        "int8: using the activation ranges quantization-aware training learnt, from '{}' ({} "
+        "quantizers, no calibration; u8 and s8 values on the training grid, step amax / 127)\n",
+        cfg.weights, qat::activation_quantizers(desc).size());
+  } else if (int8) {
     CalibrationConfig cc;
     cc.method = cfg.calib_method;
     cc.percentile = cfg.calib_percentile;
@@ -306,8 +335,8 @@ void run_export(const ExportConfig& cfg, std::ostream& out) {
       save_inference_model(m, cfg.output);
       written.push_back(fmt::format("{} + {}", kInferenceJsonFile, kInferenceWeightsFile));
     } else {
-      save_onnx_model(m, (fs::path(cfg.output) / kOnnxFile).string());
-      written.push_back(fmt::format("{} (opset 13)", kOnnxFile));
+      save_onnx_model(m, (fs::path(cfg.output) / kOnnxFile).string(), int8);
+      written.push_back(fmt::format("{} (opset 13{})", kOnnxFile, int8 ? ", QDQ int8" : ""));
     }
   }
   int convs = 0;

@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/fileio.h"
+#include "infer/quantize.h"
 #include "rn50/inference.h"
 
 #ifdef RN50_HAVE_ONNX
@@ -26,7 +27,7 @@ bool onnx_export_available() {
 
 #ifndef RN50_HAVE_ONNX
 
-void save_onnx_model(const InferenceModel&, const std::string& path) {
+void save_onnx_model(const InferenceModel&, const std::string& path, bool) {
   RN50_FAIL(
       "'{}': this rn50 was built without ONNX support (CMake did not find libonnx-dev and "
       "libprotobuf-dev); run scripts/setup.sh and rebuild, or export with --format rn50",
@@ -74,6 +75,53 @@ void add_initializer(onnx::GraphProto* g, const std::string& name, const Tensor&
   p->set_raw_data(std::string(static_cast<const char*>(t.data()), t.nbytes()));
 }
 
+/// A scalar (dims {}) or 1-D initializer of `type` (FLOAT or INT8) from raw little-endian bytes.
+void add_raw_initializer(onnx::GraphProto* g, const std::string& name, int type,
+                         const std::vector<int64_t>& dims, const void* data, size_t bytes) {
+  TensorProto* p = g->add_initializer();
+  p->set_name(name);
+  p->set_data_type(type);
+  for (int64_t d : dims) p->add_dims(d);
+  p->set_raw_data(std::string(static_cast<const char*>(data), bytes));
+}
+
+/// Which values the INT8 CPU engine stores in 8 bits (engine_cpu.cpp's lowering): those every
+/// conv but the stem (a conv reading the network input) reads, adds or writes.
+std::vector<bool> int8_values(const InferenceProgram& p) {
+  std::vector<bool> q(p.producer.size(), false);
+  for (const InferOp& op : p.ops) {
+    // QAT ranges: the stem conv and the fc's input too (the engine runs them on the trained
+    // grid); calibrated models keep the stem conv, the average pool and the fc in float.
+    if (op.kind == InferOp::Kind::fc && p.qat_ranges) q.at(static_cast<size_t>(op.input)) = true;
+    if (op.kind != InferOp::Kind::conv || (op.input == 0 && !p.qat_ranges)) continue;
+    for (int v : {op.input, op.residual, op.output})
+      if (v >= 0) q.at(static_cast<size_t>(v)) = true;
+  }
+  return q;
+}
+
+/// Adds `name`'s weight (K, ...) as int8 codes with per-output-channel scales (the engine's:
+/// quant::weight_scales, round half to even) and a DequantizeLinear (axis 0) writing `out`.
+void add_int8_weight(onnx::GraphProto* g, const std::string& name, const Tensor& w,
+                     const std::string& out) {
+  const int64_t k = w.dim(0);
+  const std::vector<float> ws = quant::weight_scales(w);
+  const std::vector<int32_t> codes = quant::quantize(w, k, ws, false);
+  const std::vector<int8_t> q8(codes.begin(), codes.end());
+  const std::vector<int8_t> zero(static_cast<size_t>(k), 0);
+  add_raw_initializer(g, name + ".weight_quantized", TensorProto::INT8, w.shape(), q8.data(),
+                      q8.size());
+  add_raw_initializer(g, name + ".weight_scale", TensorProto::FLOAT, {k}, ws.data(),
+                      ws.size() * sizeof(float));
+  add_raw_initializer(g, name + ".weight_zero_point", TensorProto::INT8, {k}, zero.data(),
+                      zero.size());
+  NodeProto* dq = add_node(g, "DequantizeLinear", name + ".weight_dequantize",
+                           {name + ".weight_quantized", name + ".weight_scale",
+                            name + ".weight_zero_point"},
+                           out);
+  add_int(dq, "axis", 0);
+}
+
 void set_float_tensor_type(onnx::ValueInfoProto* v, const std::string& name,
                            const std::vector<std::string>& dims_or_params) {
   v->set_name(name);
@@ -102,10 +150,15 @@ std::string join_floats(const std::vector<float>& v) {
 
 }  // namespace
 
-void save_onnx_model(const InferenceModel& model, const std::string& path) {
+void save_onnx_model(const InferenceModel& model, const std::string& path, bool int8) {
   const InferenceProgram& p = model.program;
   RN50_CHECK(!p.ops.empty() && p.ops.back().kind == InferOp::Kind::fc,
              "'{}': the program to export is empty or does not end in the fc", path);
+  RN50_CHECK(!int8 || p.value_absmax.size() == p.producer.size(),
+             "'{}': an int8 (QDQ) ONNX needs the model's activation ranges (rn50 export "
+             "--precision int8)",
+             path);
+  const std::vector<bool> quantized = int8 ? int8_values(p) : std::vector<bool>();
   onnx::ModelProto m;
   m.set_ir_version(7);  // the IR version that introduced opset 13 (ONNX 1.8)
   m.set_producer_name("rn50");
@@ -124,6 +177,19 @@ void save_onnx_model(const InferenceModel& model, const std::string& path) {
   add_metadata(&m, "std", join_floats(model.info.std));
   add_metadata(&m, "resize_short", std::to_string(model.info.resize_short));
   add_metadata(&m, "crop_size", std::to_string(model.info.crop_size));
+  add_metadata(&m, "precision", int8 ? "int8" : "fp32");
+  if (int8) {
+    add_metadata(&m, "int8",
+                 "QDQ, as rn50's INT8 CPU engine: every conv but the stem reads its input and "
+                 "weight through DequantizeLinear (activations per tensor, int8, zero point 0, "
+                 "scale absmax/127; weights int8 per output channel, axis 0, scale "
+                 "max|W_k|/127; bias float); each value those convs read or write is "
+                 "quantized once where it is computed; the stem conv, the average pool and "
+                 "the fc are float (with QAT ranges: the stem conv, the input and the fc's "
+                 "input and weights too, as the engine)");
+    add_metadata(&m, "calibration",
+                 p.qat_ranges ? std::string("qat") : model.info.calibration.method);
+  }
 
   onnx::GraphProto* g = m.mutable_graph();
   g->set_name(p.arch);
@@ -133,7 +199,20 @@ void save_onnx_model(const InferenceModel& model, const std::string& path) {
 
   // Value index -> the ONNX name of the tensor holding it.
   std::vector<std::string> value(p.producer.size());
-  value.at(0) = "input";
+  // Quantizes tensor `t` (value v) once where it is computed; every reader takes the
+  // dequantized tensor, whose name is returned.
+  auto qdq = [&](const std::string& t, int v) {
+    const float scale = quant::activation_scale(p.value_absmax.at(static_cast<size_t>(v)), false);
+    const int8_t zero = 0;
+    add_raw_initializer(g, t + ".scale", TensorProto::FLOAT, {}, &scale, sizeof scale);
+    add_raw_initializer(g, t + ".zero_point", TensorProto::INT8, {}, &zero, 1);
+    add_node(g, "QuantizeLinear", t + ".quantize", {t, t + ".scale", t + ".zero_point"},
+             t + ".quantized");
+    add_node(g, "DequantizeLinear", t + ".dequantize",
+             {t + ".quantized", t + ".scale", t + ".zero_point"}, t + ".dequantized");
+    return t + ".dequantized";
+  };
+  value.at(0) = int8 && quantized.at(0) ? qdq("input", 0) : "input";
   for (const InferOp& op : p.ops) {
     const std::string& in = value.at(static_cast<size_t>(op.input));
     RN50_CHECK(!in.empty(), "'{}': op '{}' reads a value no earlier op writes", path, op.name);
@@ -141,7 +220,12 @@ void save_onnx_model(const InferenceModel& model, const std::string& path) {
     switch (op.kind) {
       case InferOp::Kind::conv: {
         const ConvSpec& c = op.conv;
-        add_initializer(g, op.name + ".weight", op.weight);
+        if (int8 && (op.input != 0 || p.qat_ranges)) {
+          // int8 codes and per-output-channel scales of the folded weight, as the engine's.
+          add_int8_weight(g, op.name, op.weight, op.name + ".weight");
+        } else {
+          add_initializer(g, op.name + ".weight", op.weight);
+        }
         add_initializer(g, op.name + ".bias", op.bias);
         out = op.name;
         NodeProto* n =
@@ -175,7 +259,10 @@ void save_onnx_model(const InferenceModel& model, const std::string& path) {
         add_node(g, "GlobalAveragePool", op.name, {in}, out);
         break;
       case InferOp::Kind::fc: {
-        add_initializer(g, op.name + ".weight", op.weight);
+        if (int8 && p.qat_ranges)  // the fc's weights on their trained grid, as the engine's
+          add_int8_weight(g, op.name, op.weight, op.name + ".weight");
+        else
+          add_initializer(g, op.name + ".weight", op.weight);
         add_initializer(g, op.name + ".bias", op.bias);
         NodeProto* f = add_node(g, "Flatten", op.name + ".flatten", {in}, op.name + ".flatten");
         add_int(f, "axis", 1);
@@ -187,6 +274,8 @@ void save_onnx_model(const InferenceModel& model, const std::string& path) {
         break;
       }
     }
+    if (int8 && quantized.at(static_cast<size_t>(op.output)))
+      out = qdq(out, op.output);
     value.at(static_cast<size_t>(op.output)) = out;
   }
   try {

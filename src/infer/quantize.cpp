@@ -20,9 +20,9 @@ std::vector<float> weight_scales(const Tensor& w) {
   return s;
 }
 
-float activation_scale(float absmax, bool is_unsigned) {
+float activation_scale(float absmax, bool is_unsigned, bool qat_grid) {
   const float a = absmax > 0 && std::isfinite(absmax) ? absmax : 1.f;
-  return a / (is_unsigned ? 255.f : 127.f);
+  return a / (is_unsigned && !qat_grid ? 255.f : 127.f);
 }
 
 dnnl::primitive_attr quantize_attr(const std::vector<float>& scales, int mask) {

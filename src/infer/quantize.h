@@ -2,7 +2,9 @@
 // the tests use these; the formulas follow oneDNN's INT8 inference example,
 // cnn_inference_int8.cpp, with symmetric ranges and no zero points):
 //   weights      per output channel k: scale_k = max |W[k, ...]| / 127, q = W * (1 / scale_k)
-//   activations  per tensor: scale = absmax / 255 (u8: values after a ReLU) or absmax / 127 (s8)
+//   activations  per tensor: scale = absmax / 255 (u8: values after a ReLU) or absmax / 127 (s8);
+//                ranges learnt by QAT (InferenceProgram::qat_ranges): absmax / 127 for both, the
+//                fake-quant grid of src/core/fake_quant.h (codes clamped to [-127, 127])
 //   quantize     q = saturate(round_half_even(x * (1 / scale)))     (oneDNN reorder semantics)
 //   dequantize   x = q * scale
 #pragma once
@@ -19,9 +21,10 @@ namespace rn50::quant {
 /// that is all zero (its codes are all 0 either way).
 std::vector<float> weight_scales(const Tensor& w);
 
-/// Per-tensor scale of an activation whose calibrated range is `absmax`: absmax / 255 when
-/// `is_unsigned` (u8), else absmax / 127 (s8); a non-positive or non-finite absmax counts as 1.
-float activation_scale(float absmax, bool is_unsigned);
+/// Per-tensor scale of an activation whose range is `absmax`: absmax / 255 when `is_unsigned`
+/// (u8) and the range is calibrated, else absmax / 127 (s8, or any range learnt by QAT:
+/// `qat_grid`); a non-positive or non-finite absmax counts as 1.
+float activation_scale(float absmax, bool is_unsigned, bool qat_grid = false);
 
 /// The oneDNN attribute that quantizes with `scales` (dst = src * (1 / scale)): mask 0 = one
 /// scale for the tensor, 1 << d = one per index of dimension d.

@@ -312,6 +312,7 @@ void Trainer::setup_model() {
   mo.layout = cfg_.data_layout;
   mo.zero_init_residual = cfg_.zero_init_residual;
   mo.input_channels = cfg_.input_channels;
+  mo.qat = cfg_.qat;
   mo.compute_dtype = compute_dtype(cfg_);
   model_ = std::make_unique<ResNet>(*backend_, arch_from_name(cfg_.arch), mo);
   model_->init(cfg_.seed);
@@ -780,6 +781,12 @@ void Trainer::run_training() {
   if (!cfg_.inference_dir.empty() && proc_.rank == 0) {
     InferenceModel m;
     m.program = folded_program();
+    if (cfg_.qat) {  // the learnt ranges: --precision int8 runs it on the training grid
+      std::map<std::string, Tensor> sd;
+      for (auto& [k, t] : model_->state_dict()) sd.emplace(k, t);
+      apply_qat_ranges(m.program, model_->desc(), sd, "the trained model");
+      m.info.calibration.method = "qat";
+    }
     if (static_cast<int>(classes_.size()) == num_classes_) m.info.classes = classes_;
     m.info.resize_short = cfg_.resize_short;
     m.info.crop_size = cfg_.crop_size;
@@ -788,10 +795,11 @@ void Trainer::run_training() {
     m.info.std.assign(norm.std.begin(), norm.std.end());
     save_inference_model(m, cfg_.inference_dir);
     const bool onnx = onnx_export_available();
-    if (onnx) save_onnx_model(m, (fs::path(cfg_.inference_dir) / kOnnxFile).string());
+    if (onnx) save_onnx_model(m, (fs::path(cfg_.inference_dir) / kOnnxFile).string(), cfg_.qat);
     out("wrote the inference model to {} (BatchNorm folded; rn50 predict --model, rn50 bench "
-        "infer --model){}\n",
-        cfg_.inference_dir, onnx ? " and model.onnx" : "");
+        "infer --model){}{}\n",
+        cfg_.inference_dir, onnx ? (cfg_.qat ? " and a QDQ model.onnx" : " and model.onnx") : "",
+        cfg_.qat ? "; with the QAT ranges: --precision int8 needs no calibration" : "");
   }
 }
 
