@@ -10,7 +10,8 @@
 #   float   rn50 train            -> FP32 engine top-1, and PTQ INT8 (max calibration, 500 images)
 #   qat     rn50 train --qat      -> the fake-quantized graph's val top-1 (training report) and
 #                                    the INT8 engine with the learnt ranges (no calibration)
-# Prints one line per model and the QAT INT8 - FP32 difference (acceptance: within 0.5 points).
+# Prints one line per model, the QAT INT8 - FP32 difference (acceptance: within 0.5 points) and
+# the INT8 engine's agreement with the fake-quantized graph (test_infer_qat's gate: >= 99.5%).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 W=${1:-runs/accuracy-model/checkpoints/resnet18/3/model.safetensors}
@@ -37,6 +38,10 @@ top1() {  # model precision name
     --predictions-file "$OUT/pred-$3.tsv" | grep '^accuracy' | sed 's/.*top1 \([0-9.]*\)%.*/\1/'
 }
 fp32=$(top1 float/inference fp32 fp32); ptq=$(top1 ptq int8 ptq); qat=$(top1 qat-int8 int8 qat)
+# The gate of test_infer_qat: the INT8 engine against the fake-quantized graph, every val image.
+RN50_QAT_WEIGHTS="$OUT/qat/checkpoints/resnet18/$((EPOCHS - 1))/model.safetensors" \
+  RN50_QAT_IMAGES="$ROOT" "${BUILD_DIR:-build}/test_infer_qat" \
+  --gtest_filter='*Int8EngineAgreesWithTheFakeQuantGraph*' | grep -E '^\[qat\]|OK|FAILED' || true
 /usr/bin/python3 - "$OUT" "$fp32" "$ptq" "$qat" <<'PY'
 import json, sys
 out, fp32, ptq, qat = sys.argv[1], *map(float, sys.argv[2:5])
