@@ -2,10 +2,12 @@
 // folded program, random images, and the message of the rn50::Error a call throws.
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "rn50/backend.h"
 #include "rn50/error.h"
@@ -41,6 +43,17 @@ inline std::map<std::string, Tensor> randomise_bn(ResNet& model, uint64_t seed) 
   return sd;
 }
 
+/// ||got - want|| / ||want|| over two host f32 tensors of the same size.
+inline double rel_l2(const Tensor& got, const Tensor& want) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double d = double(got.data_as<float>()[i]) - want.data_as<float>()[i];
+    num += d * d;
+    den += double(want.data_as<float>()[i]) * want.data_as<float>()[i];
+  }
+  return std::sqrt(num / den);
+}
+
 /// Host f32 NCHW (n, 3, hw, hw) standard-normal images.
 inline Tensor random_images(int64_t n, int64_t hw, uint64_t seed) {
   Tensor x = Tensor::empty({n, 3, hw, hw}, DType::f32);
@@ -50,16 +63,24 @@ inline Tensor random_images(int64_t n, int64_t hw, uint64_t seed) {
   return x;
 }
 
-/// The folded program of `arch` (`classes` outputs) with Kaiming weights (seed) and random BN
-/// parameters and statistics (seed + 1), built on the reference backend.
-inline InferenceProgram random_program(const std::string& arch, int classes, uint64_t seed) {
+/// `arch` (`classes` outputs) with Kaiming weights (seed) and random BN parameters and
+/// statistics (seed + 1), built on the reference backend: its description and state dict.
+inline std::pair<NetworkDesc, std::map<std::string, Tensor>> random_weights(const std::string& arch,
+                                                                            int classes,
+                                                                            uint64_t seed) {
   auto be = make_backend("ref");
   ModelOptions opt;
   opt.num_classes = classes;
   opt.layout = Layout::NCHW;
   ResNet model(*be, arch_from_name(arch), opt);
   model.init(seed);
-  return fold_network(model.desc(), randomise_bn(model, seed + 1));
+  return {model.desc(), randomise_bn(model, seed + 1)};
+}
+
+/// The folded program of random_weights(arch, classes, seed).
+inline InferenceProgram random_program(const std::string& arch, int classes, uint64_t seed) {
+  const auto [desc, sd] = random_weights(arch, classes, seed);
+  return fold_network(desc, sd);
 }
 
 /// The what() of the rn50::Error `fn` throws, or "no error".

@@ -3,18 +3,33 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <random>
 #include <vector>
 
 #include "rn50/backend.h"
 #include "rn50/data.h"
+#include "core/safetensors.h"
 #include "rn50/graph.h"
+#include "rn50/model.h"
 #include "rn50/tensor.h"
 
 namespace rn50 {
 
 /// A bottleneck ResNet with one block per stage: every kind of step, at a fraction of the cost.
 inline const ArchSpec kNet{"bottleneck1111", true, {1, 1, 1, 1}};
+
+/// "Pretrained" weights for --from-pretrained-params: `arch`'s torchvision initialisation
+/// (`classes` outputs, seed) saved at `path` as a torchvision state dict.
+inline void save_initial_weights(const std::string& path, const std::string& arch, int classes,
+                                 uint64_t seed) {
+  auto be = make_backend("onednn");
+  ModelOptions mo;
+  mo.num_classes = classes;
+  ResNet init(*be, arch_from_name(arch), mo);
+  init.init(seed);
+  save_safetensors(path, init.state_dict());
+}
 
 /// A u8 NHWC batch of `n` random (hw x hw) images and labels below `classes`, from `seed`.
 inline Batch random_batch(int64_t n, int64_t hw, int classes, uint64_t seed) {

@@ -40,16 +40,6 @@ InferenceProgram calibrated(InferenceProgram p, const std::string& method,
   return p;
 }
 
-double rel_l2(const Tensor& got, const Tensor& want) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    const double d = double(got.data_as<float>()[i]) - want.data_as<float>()[i];
-    num += d * d;
-    den += double(want.data_as<float>()[i]) * want.data_as<float>()[i];
-  }
-  return std::sqrt(num / den);
-}
-
 TEST(InferInt8, QuantizationMatchesNumpyBitForBit) {
   RN50_REQUIRE_OR_SKIP("torch", python_has("numpy"), "no numpy in /usr/bin/python3");
   TempDir tmp("int8_quant");

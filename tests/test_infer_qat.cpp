@@ -20,6 +20,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <tuple>
 
 #include "core/fake_quant.h"
 #include "core/fileio.h"
@@ -58,15 +59,8 @@ struct QatWeights {
 /// state as after many batches.
 QatWeights qat_weights(const std::string& arch, int classes, uint64_t seed, const Tensor& images,
                        float factor) {
-  auto be = make_backend("ref");
-  ModelOptions opt;
-  opt.num_classes = classes;
-  opt.layout = Layout::NCHW;
-  ResNet model(*be, arch_from_name(arch), opt);
-  model.init(seed);
   QatWeights w;
-  w.desc = model.desc();
-  w.sd = randomise_bn(model, seed + 1);
+  std::tie(w.desc, w.sd) = random_weights(arch, classes, seed);
   w.program = fold_network(w.desc, w.sd);
   CalibrationConfig cc;
   cc.method = "max";
@@ -256,16 +250,6 @@ std::pair<int64_t, double> agreement(const Tensor& got, const Tensor& want) {
     worst = std::max(worst, std::fabs(a - b));
   }
   return {same, worst};
-}
-
-double rel_l2(const Tensor& got, const Tensor& want) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    const double d = double(got.data_as<float>()[i]) - want.data_as<float>()[i];
-    num += d * d;
-    den += double(want.data_as<float>()[i]) * want.data_as<float>()[i];
-  }
-  return std::sqrt(num / den);
 }
 
 TEST(InferQat, ExportTakesTheLearntRangesAndRefusesCalibrationFlags) {

@@ -121,14 +121,8 @@ int64_t check_2to4(const fs::path& model_file) {
 
 TEST(Asp, PruneTrainCheckpointResume) {
   TempDir tmp("asp");
-  // "Pretrained" weights: a resnet18 initialisation saved as a torchvision state dict.
-  auto be = make_backend("onednn");
-  ModelOptions mo;
-  mo.num_classes = 4;
-  ResNet init(*be, arch_from_name("resnet18"), mo);
-  init.init(4);
   const fs::path weights = tmp.path / "pretrained.safetensors";
-  save_safetensors(weights.string(), init.state_dict());
+  save_initial_weights(weights.string(), "resnet18", 4, 4);
 
   TrainConfig c = sparse_config(tmp.path);
   c.prune_model = true;

@@ -28,6 +28,7 @@
 #include "rn50/backend.h"
 #include "rn50/model.h"
 #include "rn50/train.h"
+#include "step_test_util.h"
 #include "test_train_util.h"
 
 namespace rn50 {
@@ -244,13 +245,8 @@ std::map<std::string, float> ranges(const fs::path& model_file) {
 
 TEST(Qat, TrainCheckpointResumeEval) {
   TempDir tmp("qat");
-  auto be = make_backend("onednn");
-  ModelOptions mo;
-  mo.num_classes = 4;
-  ResNet init(*be, arch_from_name("resnet18"), mo);
-  init.init(5);
   const fs::path weights = tmp.path / "float.safetensors";
-  save_safetensors(weights.string(), init.state_dict());
+  save_initial_weights(weights.string(), "resnet18", 4, 5);
 
   TrainConfig c = qat_config(tmp.path);
   c.from_pretrained_params = weights.string();

@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace rn50::fake_quant {
 
@@ -54,6 +55,24 @@ template <class F>
 inline F quantize_dequantize(F x, F s, F inv) {
   const F q = std::nearbyint(x * inv);
   return std::min(F(kMaxCode), std::max(-F(kMaxCode), q)) * s;
+}
+
+/// The fake quantizer of one range (one tensor, or one weight channel): y = quantize_dequantize
+/// with amax's step, and 0 when amax <= 0. F = float (the definition) or double (the reference
+/// backend's f64 tensors).
+template <class F = float>
+struct Grid {
+  explicit Grid(float amax) : on(amax > 0), s(step_of<F>(amax)), inv(F(1) / s) {}
+  F operator()(F x) const { return on ? quantize_dequantize(x, s, inv) : F(0); }
+  bool on;
+  F s, inv;
+};
+
+/// max |w[i]| over n values: a weight channel's range.
+inline float absmax_of(const float* w, int64_t n) {
+  float m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(w[i]));
+  return m;
 }
 
 /// One moving-average update with a batch's max |x| (see above); a non-finite batch_absmax

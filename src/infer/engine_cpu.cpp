@@ -437,12 +437,8 @@ class CpuEngine final : public InferenceEngine {
             const float* src = op.weight.data_as<const float>();
             float* dst = q.data_as<float>();
             for (int64_t r = 0; r < k; ++r) {
-              float m = 0;
-              for (int64_t i = 0; i < c; ++i) m = std::max(m, std::fabs(src[r * c + i]));
-              const float s = fake_quant::step_of(m), inv = 1.f / s;
-              for (int64_t i = 0; i < c; ++i)
-                dst[r * c + i] =
-                    m > 0 ? fake_quant::quantize_dequantize(src[r * c + i], s, inv) : 0.f;
+              const fake_quant::Grid<float> g(fake_quant::absmax_of(src + r * c, c));
+              for (int64_t i = 0; i < c; ++i) dst[r * c + i] = g(src[r * c + i]);
             }
             plan->owned.push_back(q);
             fw = &plan->owned.back();

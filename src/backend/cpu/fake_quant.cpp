@@ -4,6 +4,7 @@
 // fake_quantize_per_tensor_affine / fake_quantize_per_channel_affine.
 #include "core/fake_quant.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/onednn_backend.h"
@@ -28,12 +29,19 @@ float absmax(const T* x, int64_t n) {
   return nan ? NAN : m;
 }
 
+/// y = g(x) over n elements (serial: the callers parallelise).
 template <class T, class U>
-void quantize(const T* x, U* y, int64_t n, float amax) {
-  const float s = fake_quant::step_of(amax), inv = 1.f / s;
+void quantize(const fake_quant::Grid<float>& g, const T* x, U* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) narrow(y[i], g(widen(x[i])));
+}
+
+/// y = g(x), g the tensor's range, in parallel blocks of 64 Ki elements.
+template <class T>
+void quantize_tensor(float amax, const T* x, T* y, int64_t n) {
+  const fake_quant::Grid<float> g(amax);
+  constexpr int64_t kBlock = int64_t{1} << 16;
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i)
-    narrow(y[i], amax > 0 ? fake_quant::quantize_dequantize(widen(x[i]), s, inv) : 0.f);
+  for (int64_t b = 0; b < n; b += kBlock) quantize(g, x + b, y + b, std::min(kBlock, n - b));
 }
 
 void check_pair(const char* op, const char* an, const Tensor& a, const Tensor& y) {
@@ -64,9 +72,9 @@ void OnednnBackend::fake_quant_act(const Tensor& x, Tensor& qstate, bool update,
     fake_quant::moving_average_update(st, m);
   }
   if (f32)
-    quantize(x.data_as<const float>(), y.data_as<float>(), n, st[fake_quant::amax]);
+    quantize_tensor(st[fake_quant::amax], x.data_as<const float>(), y.data_as<float>(), n);
   else
-    quantize(x.data_as<const uint16_t>(), y.data_as<uint16_t>(), n, st[fake_quant::amax]);
+    quantize_tensor(st[fake_quant::amax], x.data_as<const uint16_t>(), y.data_as<uint16_t>(), n);
 }
 
 void OnednnBackend::fake_quant_weight(const Tensor& w, Tensor& y) {
@@ -80,16 +88,11 @@ void OnednnBackend::fake_quant_weight(const Tensor& w, Tensor& y) {
 #pragma omp parallel for schedule(static)
   for (int64_t o = 0; o < k; ++o) {
     const float* src = p + o * per;
-    float m = 0;
-    for (int64_t i = 0; i < per; ++i) m = std::max(m, std::fabs(src[i]));
-    const float s = fake_quant::step_of(m), inv = 1.f / s;
-    for (int64_t i = 0; i < per; ++i) {
-      const float v = m > 0 ? fake_quant::quantize_dequantize(src[i], s, inv) : 0.f;
-      if (f32)
-        y.data_as<float>()[o * per + i] = v;
-      else
-        narrow(y.data_as<uint16_t>()[o * per + i], v);
-    }
+    const fake_quant::Grid<float> g(fake_quant::absmax_of(src, per));
+    if (f32)
+      quantize(g, src, y.data_as<float>() + o * per, per);
+    else
+      quantize(g, src, y.data_as<uint16_t>() + o * per, per);
   }
 }
 

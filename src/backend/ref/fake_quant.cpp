@@ -41,15 +41,12 @@ void RefBackend::fake_quant_act(const Tensor& x, Tensor& qstate, bool update, Te
   }
   const float amax = st[fake_quant::amax];
   if (y.dtype() == DType::f64) {  // float64 golden comparisons: the same formula in double
-    const double s = fake_quant::step_of<double>(amax), inv = 1.0 / s;
-    for (int64_t i = 0; i < n; ++i)
-      set(y, i, amax > 0 ? fake_quant::quantize_dequantize(get(x, i), s, inv) : 0.0);
+    const fake_quant::Grid<double> g(amax);
+    for (int64_t i = 0; i < n; ++i) set(y, i, g(get(x, i)));
     return;
   }
-  const float s = fake_quant::step_of(amax), inv = 1.f / s;
-  for (int64_t i = 0; i < n; ++i)
-    set(y, i,
-        amax > 0 ? fake_quant::quantize_dequantize(static_cast<float>(get(x, i)), s, inv) : 0.0);
+  const fake_quant::Grid<float> g(amax);
+  for (int64_t i = 0; i < n; ++i) set(y, i, g(static_cast<float>(get(x, i))));
 }
 
 void RefBackend::fake_quant_weight(const Tensor& w, Tensor& y) {
@@ -60,18 +57,15 @@ void RefBackend::fake_quant_weight(const Tensor& w, Tensor& y) {
   const int64_t k = w.dim(0), per = w.numel() / k;
   const float* p = w.data_as<const float>();
   for (int64_t o = 0; o < k; ++o) {
-    float m = 0;
-    for (int64_t i = 0; i < per; ++i) m = std::max(m, std::fabs(p[o * per + i]));
+    const float* w_o = p + o * per;
+    const float m = fake_quant::absmax_of(w_o, per);
     if (y.dtype() == DType::f64) {
-      const double s = fake_quant::step_of<double>(m), inv = 1.0 / s;
-      for (int64_t i = 0; i < per; ++i)
-        set(y, o * per + i,
-            m > 0 ? fake_quant::quantize_dequantize<double>(p[o * per + i], s, inv) : 0.0);
-      continue;
+      const fake_quant::Grid<double> g(m);
+      for (int64_t i = 0; i < per; ++i) set(y, o * per + i, g(w_o[i]));
+    } else {
+      const fake_quant::Grid<float> g(m);
+      for (int64_t i = 0; i < per; ++i) set(y, o * per + i, g(w_o[i]));
     }
-    const float s = fake_quant::step_of(m), inv = 1.f / s;
-    for (int64_t i = 0; i < per; ++i)
-      set(y, o * per + i, m > 0 ? fake_quant::quantize_dequantize(p[o * per + i], s, inv) : 0.0);
   }
 }
 
