@@ -84,6 +84,12 @@ struct StepState {
 ///   compute_copy  optional f16/bf16 slab of the same length: compute_copy[i] = p[i] rounded
 ///                 to nearest even (the half-precision weights of the next AMP step, written in
 ///                 the same pass instead of a separate conversion).
+/// Slab dtypes: params, grads and momentum share one dtype, f32 (every backend; f64 on ref), or
+/// f16 (ref and cuda: pure fp16, DLE --use-pure-fp16 / Paddle O2 without master weights): each
+/// element is widened to f32, updated in f32 as above, and p and buf are rounded to f16 (nearest
+/// even) when stored; p is updated with the unrounded buf, as Paddle's momentum kernel does. An
+/// update smaller than half an f16 ulp of p is lost: the accuracy risk of pure fp16. Half slabs
+/// take no compute_copy.
 struct SgdParams {
   float lr = 0.f;
   float momentum = 0.875f;

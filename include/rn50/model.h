@@ -35,6 +35,12 @@ struct ModelOptions {
   /// and eval forwards; backward is the straight-through estimator. The ranges are part of
   /// state_dict() (keys "<layer>._input_quantizer._amax" ..., see qat::ActQuantizer).
   bool qat = false;
+  /// Pure fp16 (DLE --use-pure-fp16, Paddle's O2 without master weights; compute_dtype must be
+  /// F16): the conv/fc parameters, their gradients and (in SgdOptimizer) their momentum exist
+  /// only in f16: compute_param_slab() and compute_grad_slab() are their master copies, and
+  /// param_slab() / grad_slab() hold just the f32 parameters (BatchNorm gamma/beta) from element
+  /// master_offset() of the slab layout. BN statistics and the loss stay f32. Not with qat.
+  bool pure_half = false;
   double bn_eps = 1e-5;
   double bn_momentum = 0.1;
 };
@@ -56,6 +62,8 @@ struct ModelOptions {
 /// when a grad-ready hook is set, else once per contiguous range at the end of backward()).
 /// The f32 param_slab() stays the master copy: after changing it outside an optimiser step
 /// that writes the compute copy itself (SgdParams::compute_copy), call refresh_compute_params().
+/// Pure fp16 (ModelOptions::pure_half): the compute copy is the only copy of the conv/fc
+/// parameters; param() and grad() of those return f16 views into it.
 class ResNet {
  public:
   ResNet(Backend& backend, ArchSpec arch, ModelOptions opt);
@@ -75,13 +83,27 @@ class ResNet {
   const std::vector<BufferInfo>& buffers() const;
   int64_t num_params() const;   ///< total elements of the parameter slab
   int64_t decay_count() const;  ///< elements of the decayed prefix
-  Tensor& param_slab();         ///< f32 (num_params) on the backend device
+  /// f32 on the backend device: num_params elements, or under pure_half only the f32
+  /// parameters' span [master_offset(), master_offset() + numel) of the slab layout.
+  Tensor& param_slab();
+  /// Slab-layout element offset of param_slab()[0] and grad_slab()[0] (0 unless pure_half).
+  int64_t master_offset() const;
   /// The AMP compute copy of param_slab() (compute dtype, num_params elements), or an
-  /// undefined tensor when the model computes in f32.
+  /// undefined tensor when the model computes in f32. Under pure_half it is the master of the
+  /// conv/fc parameters (half_ranges()).
   Tensor& compute_param_slab();
+  /// The compute-dtype gradients (num_params elements; backward writes the conv/fc entries), or
+  /// an undefined tensor in f32. Under pure_half the conv/fc gradients stay here.
+  Tensor& compute_grad_slab();
+  /// Under pure_half: the conv/fc parameters as maximal contiguous [begin, end) element ranges
+  /// of the slab layout (held in compute_param_slab()); empty otherwise.
+  std::vector<std::pair<int64_t, int64_t>> half_ranges() const;
+  /// Whether parameter `p` lives in f16 only (pure_half and a conv/fc parameter).
+  bool is_half_master(const ParamInfo& p) const;
   /// The layout of conv weights (and their gradients and momentum) in the slabs.
   Layout weight_layout() const;
-  Tensor& grad_slab();          ///< f32 (num_params), written by backward()
+  /// f32, written by backward(): num_params elements (pure_half: the f32 span, as param_slab()).
+  Tensor& grad_slab();
   /// View into the slab (f32, torchvision's logical shape; 4-D in weight_layout()); throws
   /// rn50::Error on an unknown name.
   Tensor param(const std::string& name);

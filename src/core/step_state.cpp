@@ -109,6 +109,8 @@ void host_apply_mask(const Tensor& mask, Tensor& params, Tensor& buf) {
   };
   if (params.dtype() == DType::f64)
     apply(params.data_as<double>(), buf.data_as<double>());
+  else if (params.dtype() == DType::f16 || params.dtype() == DType::bf16)
+    apply(params.data_as<uint16_t>(), buf.data_as<uint16_t>());  // +0 is all-zero bits
   else
     apply(params.data_as<float>(), buf.data_as<float>());
 }

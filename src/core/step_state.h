@@ -27,7 +27,7 @@ SgdStep resolve_sgd_step(const char* op, const SgdParams& p);
 /// each backend's check.)
 void check_sgd_extras(const char* op, const SgdParams& p, int64_t n);
 /// Host part of sgd_update after the update (CPU backends): zeroes p and buf where mask is 0.
-/// params, buf: f32 or f64 host slabs.
+/// params, buf: f32, f64 or f16/bf16 host slabs.
 void host_apply_mask(const Tensor& mask, Tensor& params, Tensor& buf);
 /// The loss-scale multiplier of softmax_xent_bwd: scale * state[loss_scale] (state defined) or
 /// scale.

@@ -11,21 +11,29 @@ namespace rn50 {
 
 using model_detail::BnState;
 
-Tensor ResNet::Impl::layout_view(const Tensor& slab, int i) const {
+Tensor ResNet::Impl::layout_view(const Tensor& slab, int i, int64_t base) const {
   const ParamInfo& p = desc.params[i];
   // Conv weights in the backend's preferred weight layout; vectors and the fc weight row-major.
   const Layout l = p.shape.size() == 4 ? weight_layout : Layout::NCHW;
-  return slab.slice0(p.offset, p.offset + p.numel()).reshape(p.shape, l);
+  return slab.slice0(p.offset - base, p.offset - base + p.numel()).reshape(p.shape, l);
 }
-
-Tensor ResNet::Impl::param_view(int i) { return layout_view(param_slab, i); }
-Tensor ResNet::Impl::grad_view(int i) { return layout_view(grad_slab, i); }
 
 namespace {
 bool is_mirrored_kind(ParamKind k) {
   return k == ParamKind::conv_weight || k == ParamKind::fc_weight || k == ParamKind::fc_bias;
 }
 }  // namespace
+
+bool ResNet::Impl::half_master(int i) const {
+  return pure && is_mirrored_kind(desc.params[i].kind);
+}
+
+Tensor ResNet::Impl::param_view(int i) {
+  return half_master(i) ? layout_view(param_lp, i) : layout_view(param_slab, i, f32_base);
+}
+Tensor ResNet::Impl::grad_view(int i) {
+  return half_master(i) ? layout_view(grad_lp, i) : layout_view(grad_slab, i, f32_base);
+}
 
 Tensor ResNet::Impl::compute_param_view(int i) {
   if (!mirror || !is_mirrored_kind(desc.params[i].kind)) return param_view(i);
@@ -63,8 +71,35 @@ ResNet::ResNet(Backend& backend, ArchSpec arch, ModelOptions opt)
     m.buffer_index[d.buffers[i].name] = static_cast<int>(i);
 
   Backend& be = m.be;
-  m.param_slab = be.alloc({d.num_params}, DType::f32);
-  m.grad_slab = be.alloc({d.num_params}, DType::f32);
+  m.pure = m.opt.pure_half;
+  RN50_CHECK(!m.pure || cd == DType::f16,
+             "pure fp16 (--use-pure-fp16) keeps the weights in F16: the compute dtype must be "
+             "F16, got {}",
+             dtype_name(cd));
+  RN50_CHECK(!m.pure || !m.opt.qat,
+             "pure fp16 (--use-pure-fp16) and QAT (--qat) together are not built: QAT "
+             "fake-quantizes f32 master weights, which pure fp16 does not keep; use --amp "
+             "without --use-pure-fp16 for QAT");
+  // f32 slabs: every parameter, or under pure fp16 only the span of the f32 (BatchNorm)
+  // parameters, which the slab layout keeps between the decayed conv/fc weights and fc.bias.
+  int64_t f32_end = d.num_params;
+  if (m.pure) {
+    int64_t lo = d.num_params, hi = 0;
+    for (const ParamInfo& p : d.params)
+      if (!is_mirrored_kind(p.kind)) {
+        lo = std::min(lo, p.offset);
+        hi = std::max(hi, p.offset + p.numel());
+      }
+    for (const ParamInfo& p : d.params)
+      RN50_CHECK(!is_mirrored_kind(p.kind) || p.offset + p.numel() <= lo || p.offset >= hi,
+                 "pure fp16: {} lies inside the span of the f32 parameters [{}, {}) of the "
+                 "slab layout",
+                 p.name, lo, hi);
+    m.f32_base = std::min(lo, hi);
+    f32_end = hi;
+  }
+  m.param_slab = be.alloc({f32_end - m.f32_base}, DType::f32);
+  m.grad_slab = be.alloc({f32_end - m.f32_base}, DType::f32);
   be.zero(m.param_slab);
   be.zero(m.grad_slab);
 
@@ -139,7 +174,15 @@ const std::vector<BufferInfo>& ResNet::buffers() const { return impl_->desc.buff
 int64_t ResNet::num_params() const { return impl_->desc.num_params; }
 int64_t ResNet::decay_count() const { return impl_->desc.decay_count; }
 Tensor& ResNet::param_slab() { return impl_->param_slab; }
+int64_t ResNet::master_offset() const { return impl_->f32_base; }
 Tensor& ResNet::compute_param_slab() { return impl_->param_lp; }
+Tensor& ResNet::compute_grad_slab() { return impl_->grad_lp; }
+std::vector<std::pair<int64_t, int64_t>> ResNet::half_ranges() const {
+  return impl_->pure ? impl_->mirrored_ranges : std::vector<std::pair<int64_t, int64_t>>{};
+}
+bool ResNet::is_half_master(const ParamInfo& p) const {
+  return impl_->pure && is_mirrored_kind(p.kind);
+}
 Layout ResNet::weight_layout() const { return impl_->weight_layout; }
 Tensor& ResNet::grad_slab() { return impl_->grad_slab; }
 const Tensor& ResNet::forward_output() const { return impl_->logits; }
@@ -162,7 +205,7 @@ void ResNet::set_grad_ready_hook(std::function<void(int)> hook) {
 
 void ResNet::Impl::grad_done(int i) {
   if (!ready_hook) return;  // without a hook, backward converts whole ranges at its end
-  if (mirror && is_mirrored_kind(desc.params[i].kind)) {
+  if (mirror && !pure && is_mirrored_kind(desc.params[i].kind)) {
     Tensor dst = grad_view(i);
     be.copy(compute_grad_view(i), dst);  // compute dtype -> f32, same layout (still scaled)
   }
@@ -171,7 +214,8 @@ void ResNet::Impl::grad_done(int i) {
 
 void ResNet::refresh_compute_params() {
   Impl& m = *impl_;
-  if (m.mirror) m.convert_ranges(m.param_slab, m.param_lp);  // f32 -> compute dtype
+  // f32 -> compute dtype; pure fp16 has no f32 copy of these parameters.
+  if (m.mirror && !m.pure) m.convert_ranges(m.param_slab, m.param_lp);
 }
 
 void ResNet::add_batches_tracked(int64_t delta) {

@@ -82,7 +82,13 @@ struct ResNet::Impl {
   std::map<std::string, int> buffer_index;
   std::vector<int> buffer_bn;    ///< buffer index -> bns index
   std::vector<int> buffer_what;  ///< 0 running_mean, 1 running_var, 2 num_batches_tracked
-  Tensor param_slab, grad_slab;  ///< f32 (num_params) on the backend
+  /// f32 on the backend: num_params elements, or (pure) only the span of the f32 parameters,
+  /// element f32_base of the slab layout first.
+  Tensor param_slab, grad_slab;
+  int64_t f32_base = 0;
+  /// opt.pure_half: param_lp / grad_lp are the only copies of the conv/fc parameters and
+  /// gradients (no f32 master, no conversion of gradients).
+  bool pure = false;
   /// Layout of every 4-D (conv) parameter, gradient and momentum in the slabs: the backend's
   /// preferred weight layout (NCHW = OIHW on CPU backends, NHWC = KRSC on CUDA with NHWC).
   Layout weight_layout = Layout::NCHW;
@@ -137,10 +143,14 @@ struct ResNet::Impl {
   bool have_train_state = false;
 
   // construction helpers (resnet.cpp)
-  /// Param i's view into `slab` (any of the param/grad/compute slabs), 4-D in weight_layout.
-  Tensor layout_view(const Tensor& slab, int i) const;
+  /// Param i's view into `slab` (any of the param/grad/compute slabs; `base`: the slab-layout
+  /// offset of slab[0]), 4-D in weight_layout.
+  Tensor layout_view(const Tensor& slab, int i, int64_t base = 0) const;
+  /// Whether param i lives only in the compute slabs (pure and a conv/fc parameter).
+  bool half_master(int i) const;
   /// Copies (converting the dtype) the mirrored ranges of `from` into `to`.
   void convert_ranges(const Tensor& from, Tensor& to);
+  /// Param i's master view (f32; under pure, f16 for the conv/fc parameters) and gradient.
   Tensor param_view(int i);
   Tensor grad_view(int i);
   /// The tensor the ops use for param i: the compute copy's view (mirrored params; conv weights

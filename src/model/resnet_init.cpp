@@ -89,10 +89,11 @@ void ResNet::init(uint64_t seed) {
       }
     }
   }
-  if (m.weight_layout == Layout::NCHW) {
+  if (m.weight_layout == Layout::NCHW && !m.pure) {
     m.be.copy(host, m.param_slab);
   } else {
-    // Conv weights move into the slab's KRSC layout one by one (Backend::copy converts).
+    // Conv weights move into the slab's KRSC layout one by one, and under pure fp16 conv/fc
+    // parameters into their f16 slab (Backend::copy converts, rounding to nearest even).
     for (size_t i = 0; i < m.desc.params.size(); ++i) {
       const ParamInfo& p = m.desc.params[i];
       Tensor dst = m.param_view(static_cast<int>(i));

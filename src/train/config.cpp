@@ -61,6 +61,21 @@ void validate(const TrainConfig& c) {
   // Each flag's own value (range, choice, syntax): the checks of the flag table.
   for (const FlagSpec& f : train_flags()) f.check(c);
   positive_world_size(c.world_size);
+  // Pure fp16 (Paddle O2: f16 conv/fc weights, gradients and momentum), checked before the
+  // device so that its own reasons come first.
+  RN50_CHECK(!c.use_pure_fp16 || (c.amp && c.amp_dtype == "fp16"),
+             "--use-pure-fp16 keeps the fp16 weights of fp16 mixed precision as the only copy: "
+             "add --amp (with --amp-dtype fp16; there is no pure bf16: bf16 weights would drop "
+             "every update smaller than 2^-9 of a weight)");
+  RN50_CHECK(!c.use_pure_fp16 || !c.qat,
+             "--use-pure-fp16 with --qat is not built: QAT fake-quantizes f32 master weights, "
+             "which pure fp16 does not keep; drop --use-pure-fp16 (--amp keeps f32 master "
+             "weights)");
+  RN50_CHECK(!c.use_pure_fp16 ||
+                 (c.world_size == 1 && c.dist_backend != "mpi" && c.dist_backend != "nccl"),
+             "--use-pure-fp16 with data-parallel training is not built yet: the gradient "
+             "allreduce reduces the f32 gradient slab, and pure fp16 keeps the conv/fc "
+             "gradients in fp16; train with --amp (f32 master weights) on several processes");
   const DeviceChoice dev = resolve_device(c.device);
   // CPU AMP is bf16 (oneDNN); fp16 compute with loss scaling is the CUDA backend's.
   RN50_CHECK(!c.amp || dev.backend == "cuda" || c.amp_dtype == "bf16",
@@ -82,11 +97,6 @@ void validate(const TrainConfig& c) {
              "--from-checkpoint and --from-pretrained-params are exclusive (a checkpoint already "
              "holds the weights)");
 
-  RN50_CHECK(!c.use_pure_fp16,
-             "--use-pure-fp16 is not built yet: rn50's mixed precision keeps f32 master weights "
-             "gradients and momentum next to the half compute copies (DLE's default AMP, "
-             "Paddle's O1): about 10 bytes per parameter more than pure fp16, 250 MB for "
-             "ResNet-50, small next to its activations; train with --amp instead");
   RN50_CHECK(!c.given.count("--image-shape") || c.image_shape_hw == c.crop_size,
              "--image-shape {},{},{} and --crop-size {} disagree: give one of them (--image-shape "
              "H,W is the crop size)",

@@ -334,8 +334,10 @@ std::vector<FlagSpec> make_table() {
                      "--amp compute dtype: fp16 (with loss scaling; CUDA) or bf16 (CUDA and CPU)",
                      B));
   t.push_back(switch_("--use-pure-fp16", &C::use_pure_fp16,
-                      "DLE Paddle's pure fp16 (O2: fp16 master weights and momentum); not built "
-                      "yet, refused (--amp keeps f32 master weights, DLE's default AMP)",
+                      "pure fp16 (DLE Paddle's O2, with --amp fp16): conv/fc weights, their "
+                      "gradients and momentum only in fp16 (6 bytes per parameter instead of "
+                      "16); BN and loss f32; updates below half an fp16 ulp of a weight are "
+                      "lost; one process (CUDA)",
                       T));
   t.push_back(real("--scale-loss", &C::scale_loss, "initial fp16 loss scale (DLE's AMP scripts)",
                    T, [](const double& v) {

@@ -11,19 +11,66 @@ namespace rn50 {
 
 SgdOptimizer::SgdOptimizer(Backend& backend, ResNet& model, const Options& opt)
     : be_(backend), model_(model), opt_(opt) {
-  momentum_ = be_.alloc({model_.num_params()}, DType::f32);
+  momentum_ = be_.alloc({model_.param_slab().numel()}, DType::f32);
   be_.zero(momentum_);
+  if (!model_.half_ranges().empty()) {
+    momentum_half_ = be_.alloc({model_.num_params()}, model_.compute_param_slab().dtype());
+    be_.zero(momentum_half_);
+  }
+}
+
+int64_t SgdOptimizer::state_bytes() const {
+  int64_t b = static_cast<int64_t>(momentum_.nbytes());
+  if (momentum_half_.defined()) b += static_cast<int64_t>(momentum_half_.nbytes());
+  if (mask_.defined()) b += static_cast<int64_t>(mask_.nbytes());
+  return b;
+}
+
+void SgdOptimizer::update(const SgdParams& proto, bool zero_grads) {
+  // The decayed prefix [0, decay) of the slab layout, as seen by a range starting at `begin`.
+  const int64_t decay = opt_.decay_all ? model_.num_params() : model_.decay_count();
+  auto decay_in = [&](int64_t begin, int64_t n) {
+    return std::clamp<int64_t>(decay - begin, 0, n);
+  };
+  auto run = [&](int64_t begin, Tensor params, const Tensor& grads, Tensor momentum,
+                 const Tensor& compute_copy) {
+    const int64_t n = params.numel();
+    SgdParams p = proto;
+    p.decay_count = decay_in(begin, n);
+    if (mask_.defined()) p.mask = mask_.slice0(begin, begin + n);
+    p.compute_copy = compute_copy;
+    Tensor g = grads;
+    if (zero_grads) {
+      g = be_.alloc({n}, params.dtype());
+      be_.zero(g);
+    }
+    be_.sgd_update(p, params, g, momentum);
+  };
+  Tensor& w32 = model_.param_slab();
+  const int64_t base = model_.master_offset();
+  const auto halves = model_.half_ranges();
+  // AMP: the f32 master slab writes the whole compute copy in the same pass.
+  run(base, w32, model_.grad_slab(), momentum_,
+      halves.empty() ? model_.compute_param_slab() : Tensor());
+  for (const auto& [a, b] : halves)
+    run(a, model_.compute_param_slab().slice0(a, b), model_.compute_grad_slab().slice0(a, b),
+        momentum_half_.slice0(a, b), Tensor());
 }
 
 void SgdOptimizer::step(const Tensor& step_state) {
   SgdParams p;
   p.momentum = opt_.momentum;
   p.weight_decay = opt_.weight_decay;
-  p.decay_count = opt_.decay_all ? model_.num_params() : model_.decay_count();
   p.state = step_state;
-  p.mask = mask_;
-  p.compute_copy = model_.compute_param_slab();
-  be_.sgd_update(p, model_.param_slab(), model_.grad_slab(), momentum_);
+  update(p, /*zero_grads=*/false);
+}
+
+Tensor SgdOptimizer::momentum_view(const ParamInfo& p) {
+  const Layout l = p.shape.size() == 4 ? model_.weight_layout() : Layout::NCHW;
+  if (model_.is_half_master(p))
+    return momentum_half_.slice0(p.offset, p.offset + p.numel()).reshape(p.shape, l);
+  const int64_t at = p.offset - model_.master_offset();
+  return momentum_.slice0(at, at + p.numel()).reshape(p.shape, l);
 }
 
 void SgdOptimizer::set_mask(const Tensor& mask) {
@@ -37,15 +84,11 @@ void SgdOptimizer::set_mask(const Tensor& mask) {
   mask_ = be_.alloc({model_.num_params()}, DType::u8);
   be_.copy(mask.reshape({model_.num_params()}), mask_);
   // Apply it now: an update with lr 0 and no gradient leaves only the masking.
-  Tensor zero_grads = be_.alloc({model_.num_params()}, DType::f32);
-  be_.zero(zero_grads);
   SgdParams p;
   p.lr = 0.f;
   p.momentum = 1.f;
   p.weight_decay = 0.f;
-  p.mask = mask_;
-  p.compute_copy = model_.compute_param_slab();
-  be_.sgd_update(p, model_.param_slab(), zero_grads, momentum_);
+  update(p, /*zero_grads=*/true);
   be_.synchronize();
 }
 
@@ -112,10 +155,8 @@ std::vector<std::pair<std::string, Tensor>> SgdOptimizer::param_masks() {
 
 std::vector<std::pair<std::string, Tensor>> SgdOptimizer::state_dict() {
   std::vector<std::pair<std::string, Tensor>> out;
-  const Layout wl = model_.weight_layout();
   for (const ParamInfo& p : model_.params()) {
-    const Tensor v = momentum_.slice0(p.offset, p.offset + p.numel())
-                         .reshape(p.shape, p.shape.size() == 4 ? wl : Layout::NCHW);
+    const Tensor v = momentum_view(p);
     Tensor host = Tensor::empty(p.shape, DType::f32);  // torchvision layout
     be_.copy(v, host);
     out.emplace_back(p.name, host);
@@ -137,12 +178,9 @@ void SgdOptimizer::load_state_dict(const std::map<std::string, Tensor>& sd,
                what, p.name, fmt::join(it->second.shape(), ", "), fmt::join(p.shape, ", "));
     f32[i] = to_f32(it->second, what + ": " + p.name);
   }
-  const Layout wl = model_.weight_layout();
   for (size_t i = 0; i < model_.params().size(); ++i) {
-    const ParamInfo& p = model_.params()[i];
-    Tensor dst = momentum_.slice0(p.offset, p.offset + p.numel())
-                     .reshape(p.shape, p.shape.size() == 4 ? wl : Layout::NCHW);
-    be_.copy(f32[i], dst);
+    Tensor dst = momentum_view(model_.params()[i]);
+    be_.copy(f32[i], dst);  // f16 momentum (pure fp16): rounded to nearest even
   }
   be_.synchronize();
   std::map<std::string, Tensor> masks;

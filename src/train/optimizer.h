@@ -7,6 +7,12 @@
 // zero) and writes the model's AMP compute copy. The step reads its lr, 1/loss scale and
 // overflow flag from the device step state (StepState), so it can be recorded in a CUDA graph;
 // an overflowing AMP step leaves everything untouched.
+//
+// Pure fp16 (ResNet options().pure_half, DLE --use-pure-fp16): the conv/fc parameters, their
+// gradients and their momentum are f16 slabs, updated in f32 per element and rounded to f16
+// when stored (Backend::sgd_update on f16 slabs); the BatchNorm parameters keep f32 weights and
+// momentum. One update pass per slab range (3 for ResNet: the f32 span, the conv/fc weights,
+// fc.bias).
 #pragma once
 
 #include <map>
@@ -30,7 +36,9 @@ class SgdOptimizer {
   };
 
   /// Allocates the momentum slab (f32, model.num_params(), zero) on `backend`; it has the
-  /// model's slab layout (conv entries in model.weight_layout()).
+  /// model's slab layout (conv entries in model.weight_layout()). Under pure fp16: an f32
+  /// momentum slab the size of model.param_slab() and an f16 one of num_params() elements
+  /// (the conv/fc entries, model.half_ranges(), are used).
   SgdOptimizer(Backend& backend, ResNet& model, const Options& opt);
 
   /// Queues one update of model.param_slab() from model.grad_slab(): lr, 1/loss scale and the
@@ -55,8 +63,13 @@ class SgdOptimizer {
   /// own next to torchvision's names.
   static constexpr const char* kMaskPrefix = "asp_mask.";
 
-  /// The momentum slab (f32, num_params) on the device.
+  /// The momentum slab (f32, num_params; under pure fp16 the f32 span of model.param_slab()) on
+  /// the device.
   Tensor& momentum() { return momentum_; }
+  /// Pure fp16: the f16 momentum slab (num_params elements); undefined otherwise.
+  Tensor& half_momentum() { return momentum_half_; }
+  /// Bytes of optimiser state on the device (momentum slabs and the mask).
+  int64_t state_bytes() const;
 
   /// The optimiser's checkpoint state: each parameter's momentum buffer as a host f32 tensor in
   /// torchvision's layout (OIHW for convs), keyed by the parameter's name (torch's
@@ -70,10 +83,17 @@ class SgdOptimizer {
   void load_state_dict(const std::map<std::string, Tensor>& sd, const std::string& what);
 
  private:
+  /// One update of every slab range from `p` (lr, state, mask of the whole slab layout): the
+  /// f32 slab and, under pure fp16, each f16 range. zero_grads: update with zero gradients
+  /// (applying a mask with lr 0).
+  void update(const SgdParams& p, bool zero_grads);
+  /// Parameter p's momentum view (its slab, layout and dtype).
+  Tensor momentum_view(const ParamInfo& p);
+
   Backend& be_;
   ResNet& model_;
   Options opt_;
-  Tensor momentum_, mask_;
+  Tensor momentum_, momentum_half_, mask_;
 };
 
 }  // namespace rn50

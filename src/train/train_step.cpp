@@ -83,7 +83,11 @@ void TrainStep::queue_step(int slot) {
     opt_.bucketer->finish();  // summed (= averaged) gradients in the slab
     comm_wait_s_ += opt_.bucketer->last_wait_seconds();
   }
-  if (opt_.loss_scaling) be_.check_finite(model_.grad_slab(), state_);
+  if (opt_.loss_scaling) {
+    be_.check_finite(model_.grad_slab(), state_);
+    // Pure fp16: the conv/fc gradients stay in the f16 slab (its other entries stay zero).
+    if (!model_.half_ranges().empty()) be_.check_finite(model_.compute_grad_slab(), state_);
+  }
   optimizer_.step(state_);  // also writes the AMP compute copy
   if (opt_.loss_scaling) be_.update_loss_scale(opt_.scale, state_);
 }

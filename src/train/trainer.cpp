@@ -314,6 +314,7 @@ void Trainer::setup_model() {
   mo.input_channels = cfg_.input_channels;
   mo.qat = cfg_.qat;
   mo.compute_dtype = compute_dtype(cfg_);
+  mo.pure_half = cfg_.use_pure_fp16;
   model_ = std::make_unique<ResNet>(*backend_, arch_from_name(cfg_.arch), mo);
   model_->init(cfg_.seed);
   loss_hist_ = backend_->alloc({cfg_.print_interval}, DType::f32);
@@ -481,7 +482,7 @@ void Trainer::run_impl() {
   out("rn50 {} {}: {} on {} ({} backend, {}, {}), {} classes, batch {}{}\n", kRn50Version,
       cfg_.benchmark ? "benchmark" : run_scope_name(cfg_.run_scope), cfg_.arch, device_.name,
       backend_->name(), layout_name(cfg_.data_layout),
-      cfg_.amp ? fmt::format("amp {}{}", cfg_.amp_dtype,
+      cfg_.amp ? fmt::format("amp {}{}{}", cfg_.amp_dtype, cfg_.use_pure_fp16 ? " pure" : "",
                              loss_scaling_ ? fmt::format(" loss scale {:g}{}", loss_scale_,
                                                          cfg_.use_dynamic_loss_scaling
                                                              ? " dynamic"
@@ -891,7 +892,7 @@ void Trainer::run_benchmark() {
   rec.set("backend", backend_->name());
   rec.set("device", device_.name);
   const std::string precision =
-      cfg_.amp ? "amp_" + cfg_.amp_dtype
+      cfg_.amp ? (cfg_.use_pure_fp16 ? "pure_fp16" : "amp_" + cfg_.amp_dtype)
                : std::string(cfg_.no_tf32 || backend_->name() != "cuda" ? "fp32" : "tf32");
   rec.set("precision", precision);
   rec.set("graph_replayed_steps", step_->replayed_steps());

@@ -218,9 +218,9 @@ bool CudaBackend::supports(Op op, DType dtype, Layout layout) const {
   if (layout != Layout::NCHW && layout != Layout::NHWC) return false;
   if (!is_float16ish_or_f32(dtype)) return false;
   switch (op) {
+    case Op::sgd: return dtype == DType::f32 || dtype == DType::f16;  // f16: pure fp16
     case Op::softmax_xent:
     case Op::topk:
-    case Op::sgd:
     case Op::amp: return dtype == DType::f32;
     default: return true;  // conv, bn, eltwise, pooling, linear, normalize_u8 (dst dtype)
   }

@@ -8,7 +8,8 @@
 //    is skipped when state[found_inf] != 0 (GradScaler.step skipping optimizer.step()). Then, in
 //    the same pass, the optional mask (p = buf = 0 where mask == 0) and compute copy (p rounded
 //    to f16/bf16, the next AMP step's weights). One fused grid-stride kernel; float4 packs when
-//    the three f32 slabs are 16-byte aligned.
+//    the three f32 slabs are 16-byte aligned. F16 slabs (pure fp16, --use-pure-fp16): the same
+//    update in f32 per element, p and buf rounded to f16 when stored (sgd_half_kernel).
 //  * check_finite: state[found_inf] = 1 when any element of x (f32/f16/bf16, any shape) is inf
 //    or NaN (an all-ones exponent field), else unchanged. 16-byte vector loads when aligned; one
 //    store per warp that saw a bad value (several warps may store 1: a benign race).
@@ -91,6 +92,30 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+/// Pure fp16 slabs (__half): each element widened, updated in f32 as sgd_one (torch order, each
+/// operation rounded), then p and buf rounded to f16 when stored; p takes the unrounded buf
+/// (Paddle's momentum kernel with MT = float). Scalar loads: the f16 slabs are ranges of the
+/// model's slab at any element offset.
+__global__ void __launch_bounds__(kThreads)
+    sgd_half_kernel(__half* __restrict__ w, const __half* __restrict__ g, __half* __restrict__ b,
+                    int64_t n, SgdArgs a, const float* __restrict__ state,
+                    const uint8_t* __restrict__ mask) {
+  if (state) {
+    if (state[StepState::found_inf] != 0.f) return;  // overflowing AMP step: skip
+    a.lr = state[StepState::lr];
+    a.grad_scale = state[StepState::inv_loss_scale];
+  }
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    float wi = __half2float(w[i]), bi = __half2float(b[i]);
+    sgd_one(wi, __half2float(g[i]), bi, i < a.decay_count, a);
+    if (mask && mask[i] == 0) wi = 0.f, bi = 0.f;
+    w[i] = __float2half_rn(wi);
+    b[i] = __float2half_rn(bi);
+  }
+}
+
 /// Whether the low 16 bits (or the 32 bits when MASK > 0xffff) of word hold a non-finite value.
 template <uint32_t MASK>
 __device__ __forceinline__ bool nonfinite(uint32_t word) {
@@ -143,12 +168,13 @@ __global__ void update_loss_scale_kernel(LossScaleParams p, float* __restrict__ 
   s[StepState::found_inf] = 0.f;
 }
 
-/// Checks an f32 1-D slab of length n.
+/// Checks a 1-D slab of length n and dtype dt.
 void check_slab(const CudaBackend& be, const char* op, const char* name, const Tensor& t,
-                int64_t n) {
+                int64_t n, DType dt) {
   be.check_device(op, name, t);
-  RN50_CHECK(t.dtype() == DType::f32 && t.ndim() == 1 && t.dim(0) == n,
-             "cuda {}: {} is {}, expected an F32 1-D slab of {} elements", op, name, t.str(), n);
+  RN50_CHECK(t.dtype() == dt && t.ndim() == 1 && t.dim(0) == n,
+             "cuda {}: {} is {}, expected an {} 1-D slab of {} elements", op, name, t.str(),
+             dtype_name(dt), n);
 }
 
 }  // namespace
@@ -157,11 +183,13 @@ void CudaBackend::sgd_update(const SgdParams& p, Tensor& params, const Tensor& g
                              Tensor& momentum_buf) {
   const char* op = "sgd_update";
   check_device(op, "params", params);
-  RN50_CHECK(params.dtype() == DType::f32 && params.ndim() == 1,
-             "cuda {}: params is {}, expected an F32 1-D slab", op, params.str());
+  const DType dt = params.dtype();
+  RN50_CHECK((dt == DType::f32 || dt == DType::f16) && params.ndim() == 1,
+             "cuda {}: params is {}, expected an F32 (or F16: pure fp16) 1-D slab", op,
+             params.str());
   const int64_t n = params.numel();
-  check_slab(*this, op, "grads", grads, n);
-  check_slab(*this, op, "momentum_buf", momentum_buf, n);
+  check_slab(*this, op, "grads", grads, n, dt);
+  check_slab(*this, op, "momentum_buf", momentum_buf, n, dt);
   RN50_CHECK(p.decay_count >= 0 && p.decay_count <= n, "cuda {}: decay_count {} outside [0, {}]",
              op, p.decay_count, n);
   const float* st = nullptr;
@@ -174,10 +202,19 @@ void CudaBackend::sgd_update(const SgdParams& p, Tensor& params, const Tensor& g
   if (p.compute_copy.defined()) check_device(op, "compute_copy", p.compute_copy);
   if (n == 0) return;
   const SgdArgs a{p.lr, p.grad_scale, p.momentum, p.weight_decay, p.decay_count};
+  const uint8_t* mask = p.mask.defined() ? p.mask.data_as<const uint8_t>() : nullptr;
+  if (dt == DType::f16) {
+    RN50_CHECK(!p.compute_copy.defined(),
+               "cuda {}: F16 slabs are the weights themselves (pure fp16): no compute_copy", op);
+    sgd_half_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(
+        static_cast<__half*>(params.data()), static_cast<const __half*>(grads.data()),
+        static_cast<__half*>(momentum_buf.data()), n, a, st, mask);
+    RN50_CUDA_LAUNCH_CHECK();
+    return;
+  }
   float* w = params.data_as<float>();
   const float* g = grads.data_as<const float>();
   float* b = momentum_buf.data_as<float>();
-  const uint8_t* mask = p.mask.defined() ? p.mask.data_as<const uint8_t>() : nullptr;
   const bool vec = aligned16(w) && aligned16(g) && aligned16(b) && n >= 4;
   auto launch = [&](auto* copy) {
     if (vec)

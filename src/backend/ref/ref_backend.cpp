@@ -10,8 +10,9 @@ namespace rn50 {
 namespace ref {
 
 bool RefBackend::supports(Op op, DType dtype, Layout layout) const {
-  (void)op;
   (void)layout;
+  // SGD slabs: f32/f64, or f16 (pure fp16); bf16 weights are never updated in place.
+  if (op == Op::sgd) return dtype != DType::bf16 && is_compute_dtype(dtype);
   return is_compute_dtype(dtype);
 }
 

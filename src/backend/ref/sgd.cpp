@@ -6,7 +6,8 @@
 //   p   = p - lr * buf
 // Each step is rounded to the slab dtype in torch's order (torch does the same in float32).
 // Then the optional mask (p = buf = 0 where mask == 0) and compute copy (p converted to
-// f16/bf16 by RefBackend::copy).
+// f16/bf16 by RefBackend::copy). F16 slabs (pure fp16): the same update in f32 per element, p
+// and buf rounded to f16 when stored (sgd_half).
 #include <cstdint>
 
 #include "core/step_state.h"
@@ -34,6 +35,25 @@ void sgd_impl(const SgdParams& p, const SgdStep& st, Tensor& params, const Tenso
     w[i] = w[i] - lr * b[i];
   }
 }
+/// Pure fp16 slabs (f16 bits): widen, update in f32 in torch's order, round p and buf once
+/// each when stored; p takes the unrounded buf (Paddle's momentum kernel with MT = float).
+void sgd_half(const SgdParams& p, const SgdStep& st, Tensor& params, const Tensor& grads,
+              Tensor& buf) {
+  uint16_t* w = params.data_as<uint16_t>();
+  const uint16_t* g = grads.data_as<const uint16_t>();
+  uint16_t* b = buf.data_as<uint16_t>();
+  const int64_t n = params.numel();
+#pragma omp parallel for schedule(static) if (parallel_worth(n))
+  for (int64_t i = 0; i < n; ++i) {
+    float d = half_to_float(g[i]);
+    const float wi = half_to_float(w[i]);
+    if (st.grad_scale != 1.f) d = d * st.grad_scale;
+    if (i < p.decay_count) d = d + p.weight_decay * wi;
+    const float bi = p.momentum * half_to_float(b[i]) + d;
+    b[i] = float_to_half(bi);
+    w[i] = float_to_half(wi - st.lr * bi);
+  }
+}
 }  // namespace
 
 void RefBackend::sgd_update(const SgdParams& p, Tensor& params, const Tensor& grads,
@@ -50,14 +70,19 @@ void RefBackend::sgd_update(const SgdParams& p, Tensor& params, const Tensor& gr
              params.str(), grads.str(), momentum_buf.str());
   RN50_CHECK(p.decay_count >= 0 && p.decay_count <= params.numel(),
              "ref {}: decay_count {} outside [0, {}]", op, p.decay_count, params.numel());
-  RN50_CHECK(params.dtype() == DType::f32 || params.dtype() == DType::f64,
-             "ref {}: slabs must be F32 or F64, got {}", op, params.str());
+  const bool half = params.dtype() == DType::f16;
+  RN50_CHECK(params.dtype() == DType::f32 || params.dtype() == DType::f64 || half,
+             "ref {}: slabs must be F32, F64 or F16 (pure fp16), got {}", op, params.str());
   check_sgd_extras("ref sgd_update", p, params.numel());
+  RN50_CHECK(!half || !p.compute_copy.defined(),
+             "ref {}: F16 slabs are the weights themselves (pure fp16): no compute_copy", op);
   for (const Tensor* t : {&p.mask, &p.compute_copy})
     RN50_CHECK(!t->defined() || t->is_cpu(), "ref {}: {} must be a host tensor", op, t->str());
   const SgdStep st = resolve_sgd_step("ref sgd_update", p);
   if (st.skip) return;  // an AMP step whose gradients overflowed
-  if (params.dtype() == DType::f32)
+  if (half)
+    sgd_half(p, st, params, grads, momentum_buf);
+  else if (params.dtype() == DType::f32)
     sgd_impl<float>(p, st, params, grads, momentum_buf);
   else
     sgd_impl<double>(p, st, params, grads, momentum_buf);
