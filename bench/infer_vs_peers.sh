@@ -2,7 +2,9 @@
 # Inference throughput and latency, rn50's CPU engine vs PyTorch and OpenCV DNN, in the same run
 # on the same machine (issue 13's table).
 #   bench/infer_vs_peers.sh [BATCH_SIZES] [CROP] [STEPS] [WARMUP]     (defaults 1,32 224 20 3)
-# Environment: PRECISIONS (default fp32,int8; bf16 also possible), REPEATS (default 3), ARCH
+# Environment: DEVICE (cpu; cuda: the GPU engine against torch on the GPU, no OpenCV, no int8;
+# PRECISIONS then default fp16,fp32, tf32 and bf16 also possible),
+# PRECISIONS (default fp32,int8; bf16 also possible), REPEATS (default 3), ARCH
 # (resnet50), DATA (calibration images for int8: ../shared/data/imagenette), BUILD_DIR (build),
 # PEER, PYTHON (/usr/bin/python3: torch, onnx, cv2).
 # First it makes one model: Kaiming weights and BatchNorm statistics of one synthetic step at lr 0
@@ -15,7 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BS=${1:-1,32}; C=${2:-224}; S=${3:-20}; W=${4:-3}; R=${REPEATS:-3}; A=${ARCH:-resnet50}
-PRECS=${PRECISIONS:-fp32,int8}
+DEV=${DEVICE:-cpu}
+if [ "$DEV" = cpu ]; then PRECS=${PRECISIONS:-fp32,int8}; else PRECS=${PRECISIONS:-fp16,fp32}; fi
 DATA=${DATA:-../shared/data/imagenette}
 RN50=${BUILD_DIR:-build}/rn50
 PEER=${PEER:-../shared/peers/torch_reference.py}
@@ -31,24 +34,28 @@ for b in ${BS//,/ }; do
   for i in $(seq "$R"); do
     for p in ${PRECS//,/ }; do
       m="$out/m"; [ "$p" = int8 ] && m="$out/m8"
-      "$RN50" bench infer --model "$m" --precision "$p" --batch-sizes "$b" --crop-size "$C" \
+      "$RN50" bench infer --model "$m" --device "$DEV" --precision "$p" --batch-sizes "$b" --crop-size "$C" \
         --benchmark-steps "$S" --benchmark-warmup-steps "$W" --report-file "$out/rn50_${p}_${b}_$i.jsonl" > /dev/null
       if [ "$p" = int8 ]; then
         "$PY" "$PEER" --bench infer --device cpu --precision int8 --arch "$A" --batch-size "$b" \
           --crop-size "$C" --steps "$S" --warmup-steps "$W" 2>/dev/null | tail -1 > "$out/tint8_${p}_${b}_$i.json"
       else
-        "$PY" "$PEER" --bench infer --device cpu --precision "$p" --arch "$A" --batch-size "$b" \
+        tp=$p; [ "$p" = tf32 ] && tp=fp32  # torch's cuDNN default allows TF32 convolutions
+        "$PY" "$PEER" --bench infer --device "$DEV" --precision "$tp" --arch "$A" --batch-size "$b" \
           --crop-size "$C" --channels-last --steps "$S" --warmup-steps "$W" 2>/dev/null | tail -1 > "$out/eager_${p}_${b}_$i.json"
-        "$PY" "$PEER" --bench infer --device cpu --precision "$p" --arch "$A" --batch-size "$b" \
+        "$PY" "$PEER" --bench infer --device "$DEV" --precision "$tp" --arch "$A" --batch-size "$b" \
           --crop-size "$C" --channels-last --jit --steps "$S" --warmup-steps "$W" 2>/dev/null | tail -1 > "$out/jit_${p}_${b}_$i.json"
       fi
     done
-    "$PY" bench/opencv_dnn_infer.py "$out/m/model.onnx" "$b" "$C" "$S" "$W" > "$out/cv_${b}_$i.json"
+    if [ "$DEV" = cpu ]; then
+      "$PY" bench/opencv_dnn_infer.py "$out/m/model.onnx" "$b" "$C" "$S" "$W" > "$out/cv_${b}_$i.json"
+    fi
   done
 done
-"$PY" - "$out" "$BS" "$R" "$A" "$C" "$PRECS" <<'PY'
+"$PY" - "$out" "$BS" "$R" "$A" "$C" "$PRECS" "$DEV" <<'PY'
 import json, os, statistics, sys
 out, bs, r, arch, crop, precs = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6].split(",")
+dev = sys.argv[7]
 def load(name, b):
     rows = []
     for i in range(1, r + 1):
@@ -60,7 +67,7 @@ def load(name, b):
     ips = statistics.median([x.get("infer.ips", x.get("ips")) for x in rows])
     p99 = statistics.median([x.get("infer.latency_p99_ms", x.get("latency_ms_p99")) for x in rows])
     return ips, p99
-print(f"{arch} {crop}px CPU inference, median of {r} runs each, same run (img/s, p99 latency ms)")
+print(f"{arch} {crop}px {dev} inference, median of {r} runs each, same run (img/s, p99 latency ms)")
 print(f"{'batch':>5} {'engine':<28} {'img/s':>9} {'p99 ms':>8}   rn50 (same precision) over it")
 for b in bs:
     rows = []
@@ -72,7 +79,8 @@ for b in bs:
         else:
             rows.append((f"torch eager {p} (chl last)", load(f"eager_{p}", b), p))
             rows.append((f"torch jit {p} (frozen)", load(f"jit_{p}", b), p))
-    rows.append(("opencv dnn fp32 (onnx)", load("cv", b), "fp32"))
+    if dev == "cpu":
+        rows.append(("opencv dnn fp32 (onnx)", load("cv", b), "fp32"))
     own = {p: v for name, v, p in rows if name == f"rn50 {p}"}
     for name, v, p in rows:
         if v is None:

@@ -10,7 +10,9 @@
 #    to the device machine, so copy the peer into deps/peers first) at batch 256 for AMP fp16,
 #    bf16 and fp32 (TF32), same run, same GPU: images/s, ratio, GPU memory;
 # 5. trains one epoch on real JPEGs (deps/data/imagenette-mini) and reports the share of step
-#    time spent waiting for data.
+#    time spent waiting for data;
+# 6. times the GPU inference engine against torch on the GPU (bench/infer_vs_peers.sh with
+#    DEVICE=cuda: fp16 and fp32 at batch 1, 64, 256; latency percentiles).
 # Every step logs to LOGDIR/<step>.log; a summary goes to LOGDIR/summary.txt. Exit status:
 # non-zero if the build or any test failed.
 set -uo pipefail
@@ -87,5 +89,13 @@ if [ -d deps/data/imagenette-mini/train ]; then
     --warmup-epochs 0 --batch-size 256 --checkpoint-dir "$LOG/ckpt" --report-file "$LOG/jpeg.jsonl" \
     > "$LOG/jpeg_train.log" 2>&1
   say "real JPEGs: $(grep 'done:' "$LOG/jpeg_train.log" | tail -1)"
+fi
+
+# 7. The GPU inference engine against torch on the GPU (same run): batch 1, 64, 256.
+if [ -f "$PEER" ]; then
+  DEVICE=cuda BUILD_DIR=build-gpu PEER="$PEER" REPEATS=1 PYTHON=${PYTHON:-python3} \
+    bench/infer_vs_peers.sh 1,64,256 224 ${BENCH_STEPS:-100} ${BENCH_WARMUP:-20} \
+    > "$LOG/infer.log" 2>&1
+  say "infer: $(grep -c rn50 "$LOG/infer.log") rn50 rows (infer.log)"
 fi
 exit $rc

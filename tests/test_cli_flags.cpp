@@ -57,6 +57,9 @@ TEST(CliFlags, BadValuesAreRejectedWithTheirFlag) {
       {"train --data synthetic --device cpu --amp --use-pure-fp16",
        "fp16 mixed precision runs on the CUDA backend only"},
       {"train --data synthetic --image-shape 4,224,112", "must be equal"},
+      // The GPU inference engine: no GPU here; fp16 is not a CPU engine precision.
+      {"bench infer --device cuda --precision fp16 --batch-sizes 1", "use --device cpu"},
+      {"bench infer --device cpu --precision fp16 --batch-sizes 1", "the GPU engine's"},
       {"train --data synthetic --scale-loss 0", "--scale-loss 0"},
       {"train --data synthetic --device tpu", "--device 'tpu'"},
       {"train --data synthetic --last-epoch-of-checkpoint latest", "'latest'"},

@@ -201,8 +201,12 @@ void add_data_commands(CLI::App& app, DataCommands& d) {
   d.bench_infer->add_option("--benchmark-steps", ib.steps, "timed calls per batch size (20)");
   d.bench_infer->add_option("--benchmark-warmup-steps", ib.warmup_steps,
                             "untimed calls first (3)");
-  d.bench_infer->add_option("--precision", ib.engine.precision, "fp32, bf16 or int8 (int8: a model exported with --precision int8)");
-  d.bench_infer->add_option("--device", ib.engine.device, "cpu (the GPU engine: not yet)");
+  d.bench_infer->add_option("--precision", ib.engine.precision,
+                            "CPU: fp32, bf16 or int8 (int8: a model exported with --precision "
+                            "int8); GPU: fp32, tf32, fp16 or bf16");
+  d.bench_infer->add_option("--device", ib.engine.device,
+                            "cpu (oneDNN engine), cuda[:N] (GPU engine: cuDNN fused conv + bias "
+                            "+ residual + ReLU, NHWC, CUDA graph per batch size) or auto");
   d.bench_infer->add_option("--seed", ib.seed, "seed of the weights and input (0)");
   d.bench_infer->add_option("--data", ib.data,
                             "synthetic, or an ImageFolder root: classify all of its val/ first "

@@ -114,7 +114,8 @@ struct LossScaleParams {
 /// Op families, for supports() queries and the test harness.
 enum class Op {
   conv2d, batchnorm, relu, add, add_relu, maxpool2d, global_avgpool, linear,
-  softmax_xent, topk, normalize_u8, sgd, amp, mixup, fake_quant
+  softmax_xent, topk, normalize_u8, sgd, amp, mixup, fake_quant,
+  conv_bias_act  ///< inference convolution with its fused epilogue (conv2d_bias_act_fwd)
 };
 
 /// A recorded sequence of backend work (a CUDA graph) that replays with the same tensors.
@@ -193,6 +194,15 @@ class Backend {
   // ---- convolution: x (N,C,H,W), w (K,C,R,S), y (N,K,OH,OW). w and dw are 4-D tensors in
   // either layout: NCHW = OIHW (torchvision) or NHWC = KRSC (see preferred_weight_layout). ----
   virtual void conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w, Tensor& y) = 0;
+  /// Inference convolution with a fused epilogue (a folded BatchNorm's shift, the residual
+  /// shortcut and ReLU; cudnnConvolutionBiasActivationForward, oneDNN's post-ops):
+  ///   y = act(conv(x, w) + bias[k] + z),  act = max(., 0) when relu, else the identity.
+  /// bias: (K) in y's dtype; z: undefined (no residual) or y's shape, dtype and layout; y may
+  /// not alias x or z. The result is rounded once to y's dtype where the backend can (ref),
+  /// else after the f32 accumulation (CUDA: the epilogue runs on the f32 accumulator).
+  /// Backends without it (supports(Op::conv_bias_act, ...) false) throw rn50::Error.
+  virtual void conv2d_bias_act_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w,
+                                   const Tensor& bias, const Tensor& z, bool relu, Tensor& y);
   /// dx = conv_transpose(dy, w): the gradient w.r.t. x.
   virtual void conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
                                Tensor& dx) = 0;

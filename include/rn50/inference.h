@@ -228,7 +228,11 @@ void run_export(const ExportConfig& cfg, std::ostream& out);
 
 /// Options of an inference engine.
 struct EngineOptions {
-  /// "cpu" (oneDNN). Others are refused with an Error until their engine exists.
+  /// "cpu" (the oneDNN engine); "cuda" / "cuda:N" / "auto" (--device: the GPU engine, every
+  /// conv one cudnnConvolutionBiasActivationForward with the folded bias, residual and ReLU
+  /// fused, NHWC, weights KRSC, one CUDA graph per batch size; precisions fp32 (IEEE f32
+  /// math), tf32, fp16, bf16; int8 is refused there); "ref" (the same engine on the reference
+  /// backend, for tests: fp32, fp16, bf16).
   std::string device = "cpu";
   /// "fp32"; "bf16" (activations and conv/fc weights bf16; bias, accumulation and logits f32;
   /// oneDNN emulates it on CPUs without AVX-512-BF16); or "int8" (needs a program with ranges,
@@ -254,6 +258,8 @@ struct EngineOptions {
 /// Threads: one engine may be shared; concurrent run() calls are serialised by an internal
 /// mutex (each call uses every core through oneDNN's OpenMP threads). For calls that overlap,
 /// create one engine per thread.
+/// The GPU engine (device "cuda") keeps the same contract: one engine may be shared, run()
+/// calls are serialised; its weights, buffers and graphs live on the GPU.
 class InferenceEngine {
  public:
   virtual ~InferenceEngine() = default;

@@ -4,6 +4,13 @@
 
 namespace rn50 {
 
+void Backend::conv2d_bias_act_fwd(const Conv2dParams&, const Tensor&, const Tensor&,
+                                  const Tensor&, const Tensor&, bool, Tensor&) {
+  RN50_FAIL("the {} backend has no fused inference convolution (conv2d_bias_act_fwd); its "
+            "inference engine is another one (the CPU engine on oneDNN)",
+            name());
+}
+
 std::vector<std::string> compiled_backends() {
 #ifdef RN50_HAVE_CUDA
   return {"ref", "onednn", "cuda"};

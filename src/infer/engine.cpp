@@ -1,20 +1,42 @@
-// rn50 inference: make_inference_engine picks the engine for a device and precision.
+// rn50 inference: make_inference_engine picks the engine for a device and precision: the
+// oneDNN CPU engine (engine_cpu.cpp) or the compute-backend engine (engine_device.cpp: CUDA,
+// or the reference backend for tests).
 #include "core/check.h"
+#include "rn50/backend.h"
 #include "infer/engine_impl.h"
 
 namespace rn50 {
 
 std::unique_ptr<InferenceEngine> make_inference_engine(InferenceProgram program,
                                                        const EngineOptions& opt) {
-  RN50_CHECK(opt.device == "cpu",
-             "inference: --device {}: the inference engine runs on the CPU only so far (the GPU "
-             "engine is not built yet); use --device cpu",
-             opt.device);
-  RN50_CHECK(opt.precision == "fp32" || opt.precision == "bf16" || opt.precision == "int8",
-             "inference: --precision {}: the CPU engine computes in fp32, bf16 or int8",
-             opt.precision);
   RN50_CHECK(!program.ops.empty(), "inference: the program is empty");
-  return make_cpu_engine(std::move(program), opt.precision);
+  const std::string& p = opt.precision;
+  if (opt.device == "ref") {  // the reference backend: the GPU engine's logic, slowly (tests)
+    RN50_CHECK(p == "fp32" || p == "fp16" || p == "bf16",
+               "inference: --precision {}: the engine on the reference backend computes in "
+               "fp32, fp16 or bf16",
+               p);
+    return make_device_engine(std::move(program), make_backend("ref"), p);
+  }
+  const DeviceChoice dev = resolve_device(opt.device);  // throws naming --device
+  if (dev.backend == "cuda") {
+    RN50_CHECK(p != "int8",
+               "inference: --precision int8 runs on the CPU engine only (INT8 convolutions on "
+               "the GPU need TensorRT or cuDNN's graph API, not built); use --device cpu, or "
+               "--precision fp16 on the GPU");
+    RN50_CHECK(p == "fp32" || p == "tf32" || p == "fp16" || p == "bf16",
+               "inference: --precision {}: the GPU engine computes in fp32, tf32, fp16 or bf16",
+               p);
+    BackendOptions bo;
+    bo.device_index = dev.index;
+    bo.allow_tf32 = p == "tf32";  // fp32 means IEEE f32 math, as TensorRT's default
+    return make_device_engine(std::move(program), make_backend("cuda", bo), p);
+  }
+  RN50_CHECK(p == "fp32" || p == "bf16" || p == "int8",
+             "inference: --precision {}: the CPU engine computes in fp32, bf16 or int8 (fp16 "
+             "and tf32 are the GPU engine's)",
+             p);
+  return make_cpu_engine(std::move(program), p);
 }
 
 }  // namespace rn50

@@ -79,9 +79,7 @@ class CpuEngine final : public InferenceEngine {
   }
 
   Tensor run(const Tensor& x) override {
-    RN50_CHECK(x.defined() && x.is_cpu() && x.dtype() == DType::f32 && x.ndim() == 4 &&
-                   x.c() == 3 && (x.layout() == Layout::NCHW || x.layout() == Layout::NHWC),
-               "inference: expected a host f32 (N, 3, H, W) image batch, got {}", x.str());
+    check_image_batch(x);
     std::lock_guard<std::mutex> lock(mu_);
     Plan& plan = plan_for(x.n(), x.h(), x.w());
     // The input into the plan's nhwc buffer (a reorder from NCHW, a copy/conversion from NHWC).

@@ -4,6 +4,8 @@
 #include <functional>
 #include <memory>
 
+#include "core/check.h"
+#include "rn50/backend.h"
 #include "rn50/inference.h"
 
 namespace rn50 {
@@ -12,10 +14,28 @@ namespace rn50 {
 /// data of `count` elements, valid only during the call (calibration).
 using ValueObserver = std::function<void(int value, const float* data, int64_t count)>;
 
+/// Throws rn50::Error naming x's shape unless it is what InferenceEngine::run takes: a host f32
+/// (N, 3, H, W) batch in NCHW or NHWC.
+inline void check_image_batch(const Tensor& x) {
+  RN50_CHECK(x.defined() && x.is_cpu() && x.dtype() == DType::f32 && x.ndim() == 4 &&
+                 x.c() == 3 && (x.layout() == Layout::NCHW || x.layout() == Layout::NHWC),
+             "inference: expected a host f32 (N, 3, H, W) image batch, got {}", x.str());
+}
+
 /// oneDNN engine (engine_cpu.cpp); precision "fp32", "bf16" or "int8" (rn50/inference.h).
 /// With an observer (fp32 only), every value is handed to it as it is written.
 std::unique_ptr<InferenceEngine> make_cpu_engine(InferenceProgram program,
                                                  const std::string& precision,
                                                  ValueObserver observer = {});
+
+/// The program on a compute backend (engine_device.cpp): every conv one
+/// Backend::conv2d_bias_act_fwd (bias, residual and ReLU fused; cuDNN's
+/// cudnnConvolutionBiasActivationForward on CUDA), NHWC activations in the precision's dtype
+/// ("fp32" and "tf32": f32, "fp16", "bf16"), weights converted once into the backend's preferred
+/// layout, one CUDA graph per input shape where the backend records. Throws rn50::Error when
+/// the backend has no such convolution for the dtype.
+std::unique_ptr<InferenceEngine> make_device_engine(InferenceProgram program,
+                                                    std::unique_ptr<Backend> backend,
+                                                    const std::string& precision);
 
 }  // namespace rn50

@@ -1,8 +1,8 @@
 // rn50 predict: classify image files with weights from a safetensors file (torchvision keys).
 // Per image: decode (PIL-exact, data/decode.h) -> Resize(resize_short) + CenterCrop(crop)
 // (torchvision eval transform, data/transforms.h) -> normalize_u8 (ImageNet mean/std) on the
-// backend -> the inference engine (CPU: rn50/inference.h) or the training graph in eval mode
-// (GPU) -> softmax in fp32 on the host -> top-k (ties: lower index).
+// host -> the inference engine on --device (rn50/inference.h: oneDNN on the CPU, the GPU engine
+// on CUDA) -> softmax in fp32 on the host -> top-k (ties: lower index).
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -14,12 +14,10 @@
 
 #include "core/check.h"
 #include "core/fileio.h"
-#include "core/safetensors.h"
 #include "data/decode.h"
 #include "data/transforms.h"
 #include "model/input_stage.h"
 #include "model/logits.h"
-#include "model/weights.h"
 #include "rn50/backend.h"
 #include "rn50/data.h"
 #include "rn50/infer.h"
@@ -78,25 +76,20 @@ int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err) 
                cfg.resize_short);
     RN50_CHECK(cfg.top_k >= 1, "--top-k {}: must be >= 1", cfg.top_k);
     RN50_CHECK(cfg.num_classes >= 0, "--num-of-class {}: must be >= 0", cfg.num_classes);
-    const DeviceChoice dev = resolve_device(cfg.device);
-    BackendOptions bo;
-    bo.device_index = dev.index;
-    auto backend = make_backend(dev.backend, bo);
+    // The inference engine on --device (the oneDNN engine on the CPU, the GPU engine on
+    // CUDA: BN folded, fused epilogues, no training buffers); images are normalised on the host.
+    EngineOptions eo;
+    eo.device = cfg.device;
+    auto backend = make_backend("onednn");
     ModelOptions mo;
     mo.layout = Layout::NHWC;
 
-    // CPU: the inference engine (BN folded, fused post-ops, no training buffers). GPU: the
-    // training graph in eval mode until the GPU engine exists.
     std::unique_ptr<InferenceEngine> engine;
-    std::unique_ptr<ResNet> model;
     int num_classes = cfg.num_classes;
     int resize_short = cfg.resize_short > 0 ? cfg.resize_short : 256;
     int crop_size = cfg.crop_size > 0 ? cfg.crop_size : 224;
     std::vector<std::string> model_classes;  // from a checkpoint's state.json or model.json
     if (!cfg.model_dir.empty()) {
-      RN50_CHECK(dev.backend != "cuda",
-                 "--model runs on the CPU inference engine only so far (the GPU engine is not "
-                 "built yet); use --device cpu, or --from-pretrained-params on the GPU");
       RN50_CHECK(cfg.arch.empty() && cfg.num_classes == 0,
                  "--arch / --num-of-class: the model folder '{}' fixes them; drop the flags",
                  cfg.model_dir);
@@ -111,18 +104,11 @@ int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err) 
       if (cfg.resize_short == 0) resize_short = m.info.resize_short;
       if (cfg.crop_size == 0) crop_size = m.info.crop_size;
       model_classes = m.info.classes;
-      engine = make_inference_engine(std::move(m.program));
-    } else if (dev.backend == "cuda") {
-      SafeTensorsFile file = load_safetensors(cfg.weights);
-      const std::string arch = cfg.arch.empty() ? infer_arch(file.tensors, cfg.weights) : cfg.arch;
-      num_classes = mo.num_classes = classes_of(file, cfg.weights, cfg.num_classes);
-      model = std::make_unique<ResNet>(*backend, arch_from_name(arch), mo);
-      model->init(0);
-      load_pretrained_params(file, cfg.weights, *model);
+      engine = make_inference_engine(std::move(m.program), eo);
     } else {
       InferenceProgram p = fold_weights_file(cfg.weights, cfg.arch, cfg.num_classes);
       num_classes = p.num_classes;
-      engine = make_inference_engine(std::move(p));
+      engine = make_inference_engine(std::move(p), eo);
     }
     if (!cfg.weights.empty()) {
       // Weights inside an rn50 checkpoint folder: take the class list from its state.json.
@@ -164,13 +150,7 @@ int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err) 
         continue;
       }
       input.load(b);
-      if (engine) {
-        backend->synchronize();
-        host_logits = engine->run(input.x());
-      } else {
-        backend->copy(model->forward(input.x(), /*train=*/false), host_logits);
-        backend->synchronize();
-      }
+      host_logits = engine->run(input.x());
       softmax_row(host_logits.data_as<float>(), num_classes, probs.data());
       std::vector<int64_t> idx = topk_indices(probs.data(), num_classes, top);
       auto label = [&](int64_t i) -> std::pair<std::string, std::string> {

@@ -521,10 +521,17 @@ InferenceProgram Trainer::folded_program() {
 }
 
 void Trainer::run_eval_benchmark() {
-  RN50_CHECK(backend_->name() == "onednn",
-             "rn50 eval --benchmark times the CPU inference engine (the GPU engine is not built "
-             "yet); use --device cpu");
-  auto engine = make_inference_engine(folded_program());
+  // The inference engine on this run's device in the run's precision: oneDNN on the CPU (fp32,
+  // bf16 with --amp); on CUDA the GPU engine (--amp: fp16 or bf16; else tf32, or fp32 with
+  // --no-tf32).
+  EngineOptions eo;
+  if (backend_->name() == "cuda") {
+    eo.device = device_.name;
+    eo.precision = cfg_.amp ? cfg_.amp_dtype : (cfg_.no_tf32 ? "fp32" : "tf32");
+  } else if (cfg_.amp) {
+    eo.precision = "bf16";
+  }
+  auto engine = make_inference_engine(folded_program(), eo);
   InferBenchConfig c;
   c.batch_sizes = {cfg_.batch_size};
   c.crop_size = cfg_.crop_size;

@@ -138,6 +138,7 @@ void OnednnBackend::clear_cache() {
 
 bool OnednnBackend::supports(Op op, DType dtype, Layout layout) const {
   if (layout != Layout::NCHW && layout != Layout::NHWC) return false;
+  if (op == Op::conv_bias_act) return false;  // inference: the CPU engine (src/infer)
   if (dtype == DType::f32) return true;
   if (dtype != DType::bf16) return false;  // fp16 compute: the CUDA backend
   switch (op) {

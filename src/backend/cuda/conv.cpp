@@ -23,6 +23,10 @@
 // layout) is converted into / out of the plan's scratch buffers. If cuDNN has no algorithm for
 // the configuration in NCHW, the plan retries with every operand in NHWC.
 // Outputs are overwritten (alpha 1, beta 0; float scalars for F32/F16/BF16 data).
+//
+// conv2d_bias_act_fwd (inference): cudnnConvolutionBiasActivationForward, y = act(conv(x) +
+// z + bias) in one kernel, for F32 and F16 operands in one layout (fused_plan); otherwise, or
+// when cuDNN refuses the configuration on the first call, conv2d_fwd then the bias_act kernel.
 #include <fmt/format.h>
 
 #include <climits>
@@ -36,6 +40,8 @@
 namespace rn50::cuda {
 
 ConvPlan::~ConvPlan() {
+  if (act) (void)cudnnDestroyActivationDescriptor(act);
+  if (bias) (void)cudnnDestroyTensorDescriptor(bias);
   if (conv) (void)cudnnDestroyConvolutionDescriptor(conv);
   if (w) (void)cudnnDestroyFilterDescriptor(w);
   if (y) (void)cudnnDestroyTensorDescriptor(y);
@@ -386,6 +392,90 @@ void run_conv(CudaBackend& be, Dir d, const Conv2dParams& p, const Tensor& x, co
 void CudaBackend::conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w,
                              Tensor& y) {
   run_conv(*this, Dir::fwd, p, x, w, y);
+}
+
+namespace {
+
+/// The fused inference plan of conv2d_bias_act_fwd for one key, or nullptr when the operands
+/// cannot go to cudnnConvolutionBiasActivationForward as they are (layouts differ, bf16).
+/// Built on the first call: the algorithm is searched as for conv2d_fwd when the activation is
+/// ReLU; cuDNN runs an identity activation with IMPLICIT_PRECOMP_GEMM only, so that algorithm
+/// is taken then. The first fused call itself is checked: a status other than success marks
+/// the plan unfused (the caller then runs the convolution and the bias_act kernel).
+ConvPlan* fused_plan(CudaBackend& be, const Conv2dParams& p, const Geo& g, const Tensor& x,
+                     const Tensor& w, const Tensor& bias, const Tensor& z, bool relu,
+                     const Tensor& y, bool& first) {
+  const DType dt = x.dtype();
+  first = false;
+  if (dt == DType::bf16 || x.layout() != y.layout() || !same_order(w, x.layout()) ||
+      (z.defined() && !same_order(z, x.layout())))
+    return nullptr;
+  const std::string key = fmt::format(
+      "conv2d_bias_act x={}@{} w={}@{} y={}@{} z={} relu={} s{} p{}", x.str(),
+      alignment(x.data()), w.str(), alignment(w.data()), y.str(), alignment(y.data()),
+      z.defined() ? alignment(z.data()) : 0, relu, p.stride, p.pad);
+  auto it = be.conv_plans.find(key);
+  if (it != be.conv_plans.end()) return it->second.get();
+  first = true;
+  std::unique_ptr<ConvPlan> plan = make_plan(be, x.layout(), dt, g, p);
+  const Operands o{x, w, y};
+  std::string why;
+  if (relu) {
+    if (!find_algo(be, Dir::fwd, dt, *plan, o, why)) return nullptr;
+  } else {
+    plan->fwd_algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+    size_t ws = 0;
+    if (cudnnGetConvolutionForwardWorkspaceSize(be.cudnn(), plan->x, plan->w, plan->conv,
+                                                plan->y, plan->fwd_algo, &ws) !=
+        CUDNN_STATUS_SUCCESS)
+      return nullptr;
+    plan->ws_bytes = ws;
+  }
+  RN50_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->bias));
+  RN50_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->bias, CUDNN_TENSOR_NCHW, cudnn_dtype(dt), 1,
+                                              int(g.K), 1, 1));
+  RN50_CUDNN_CHECK(cudnnCreateActivationDescriptor(&plan->act));
+  RN50_CUDNN_CHECK(cudnnSetActivationDescriptor(
+      plan->act, relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+      CUDNN_NOT_PROPAGATE_NAN, 0.0));
+  plan->fused = true;
+  return be.conv_plans.emplace(key, std::move(plan)).first->second.get();
+}
+
+}  // namespace
+
+void CudaBackend::conv2d_bias_act_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w,
+                                      const Tensor& bias, const Tensor& z, bool relu,
+                                      Tensor& y) {
+  const char* op = "conv2d_bias_act_fwd";
+  const Geo g = conv_geo(*this, Dir::fwd, p, x, w, y);
+  check_device(op, "bias", bias);
+  RN50_CHECK(bias.ndim() == 1 && bias.dim(0) == g.K && bias.dtype() == y.dtype(),
+             "cuda {}: bias is {}, expected ({}) in y's dtype {}", op, bias.str(), g.K,
+             dtype_name(y.dtype()));
+  if (z.defined()) {
+    check_device(op, "z", z);
+    RN50_CHECK(z.shape() == y.shape() && z.dtype() == y.dtype() && z.data() != y.data(),
+               "cuda {}: z is {}, expected y's shape and dtype ({}) in its own memory", op,
+               z.str(), y.str());
+  }
+  bool first = false;
+  ConvPlan* plan = fused_plan(*this, p, g, x, w, bias, z, relu, y, first);
+  if (plan && plan->fused) {
+    void* ws = workspace.ensure(plan->ws_bytes);
+    const float alpha1 = 1.f, alpha2 = z.defined() ? 1.f : 0.f;
+    const cudnnStatus_t st = cudnnConvolutionBiasActivationForward(
+        cudnn(), &alpha1, plan->x, x.data(), plan->w, w.data(), plan->conv, plan->fwd_algo, ws,
+        plan->ws_bytes, &alpha2, plan->y, z.defined() ? z.data() : y.data(), plan->bias,
+        bias.data(), plan->act, plan->y, y.data());
+    if (st == CUDNN_STATUS_SUCCESS) return;
+    // Only the first call may find the configuration unsupported; later ones must not fail.
+    RN50_CHECK(first, "cuda {}: cudnnConvolutionBiasActivationForward failed: {}", op,
+               cudnnGetErrorString(st));
+    plan->fused = false;
+  }
+  conv2d_fwd(p, x, w, y);
+  bias_act(bias, z, relu, y);
 }
 
 void CudaBackend::conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w,

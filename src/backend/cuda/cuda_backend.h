@@ -87,6 +87,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Graph> capture(const std::function<void()>& fn) override;
 
   void conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w, Tensor& y) override;
+  void conv2d_bias_act_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w,
+                           const Tensor& bias, const Tensor& z, bool relu, Tensor& y) override;
   void conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
                        Tensor& dx) override;
   void conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
@@ -150,6 +152,10 @@ class CudaBackend final : public Backend {
   void check_device(const char* op, const char* name, const Tensor& t) const;
   /// Dtype/layout conversion between two device tensors of one logical shape (convert.cu).
   void convert_on_device(const Tensor& src, Tensor& dst);
+  /// In place y = act(y + bias[k] + z) on a 4-D y (eltwise.cu): conv2d_bias_act_fwd's epilogue
+  /// when cuDNN's fused call does not take the configuration. z: undefined or y's shape, dtype
+  /// and memory order.
+  void bias_act(const Tensor& bias, const Tensor& z, bool relu, Tensor& y);
 
   /// The one workspace shared by all cuDNN/cuBLASLt calls (ops run in stream order).
   DeviceBuffer workspace;

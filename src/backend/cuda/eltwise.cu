@@ -6,6 +6,8 @@
 //   add_relu_fwd  y  = max(a + b, 0)          (its backward is relu_bwd on y)
 //   add_relu_bwd  dx = y > 0 ? g1 + g2 : 0    (relu_bwd of a join whose gradient came in two
 //                                              parts: add + relu_bwd in one pass)
+//   bias_act      y  = act(y + bias[k] + z)   (the epilogue of conv2d_bias_act_fwd when cuDNN's
+//                                              fused call cannot take the configuration)
 // Operands: one logical shape (any rank) and one dtype (f32, f16 or bf16; computed in float,
 // rounded once on store). 4-D operands may each be NCHW or NHWC.
 // Kernels:
@@ -149,7 +151,47 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+/// y[i] = act(y[i] + bias[k] + z[i]) in y's memory order; k = i % K (NHWC) or
+/// (i / HW) % K (NCHW); z may be null.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    bias_act_kernel(T* y, const T* __restrict__ bias, const T* z, int64_t n, int64_t K,
+                    int64_t hw, bool nhwc, bool relu) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const int64_t k = nhwc ? i % K : (i / hw) % K;
+    float v = to_float(y[i]) + to_float(bias[k]);
+    if (z) v += to_float(z[i]);
+    y[i] = from_float<T>(relu && v < 0.f ? 0.f : v);
+  }
+}
+
 }  // namespace
+
+void CudaBackend::bias_act(const Tensor& bias, const Tensor& z, bool relu, Tensor& y) {
+  const char* op = "conv2d_bias_act_fwd epilogue";
+  check_float_tensor(*this, op, "y", y);
+  check_float4(*this, op, "y", y);
+  check_device(op, "bias", bias);
+  RN50_CHECK(bias.numel() == y.c() && bias.dtype() == y.dtype(),
+             "cuda {}: bias {} does not match y {}", op, bias.str(), y.str());
+  if (z.defined()) {
+    check_same(op, "z", z, "y", y);
+    RN50_CHECK(same_order(z, y), "cuda {}: z {} and y {} differ in layout", op, z.str(), y.str());
+  }
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  // NHWC memory order unless the layouts coincide (C == 1 or H*W == 1: either formula works).
+  const bool nhwc = y.layout() == Layout::NHWC;
+  dispatch_float(y.dtype(), op, y, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    bias_act_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream()>>>(
+        y.data_as<T>(), bias.data_as<const T>(), z.defined() ? z.data_as<const T>() : nullptr, n,
+        y.c(), y.h() * y.w(), nhwc, relu);
+    RN50_CUDA_LAUNCH_CHECK();
+  });
+}
 
 void CudaBackend::add_relu_bwd(const Tensor& y, const Tensor& g1, const Tensor& g2, Tensor& dx) {
   const char* op = "add_relu_bwd";

@@ -48,6 +48,12 @@ struct ConvPlan {
   cudnnConvolutionBwdDataAlgo_t bwd_data_algo{};
   cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo{};
   size_t ws_bytes = 0;                    ///< workspace the chosen algorithm needs
+  /// conv2d_bias_act_fwd's plans: the bias (1,K,1,1) and activation descriptors, and whether
+  /// cudnnConvolutionBiasActivationForward took the configuration on the first call (false:
+  /// convolution then the bias_act kernel).
+  cudnnTensorDescriptor_t bias = nullptr;
+  cudnnActivationDescriptor_t act = nullptr;
+  bool fused = false;
   /// The x-, w- and y-role operands in the compute layout when the caller's tensors are stored
   /// in the other one (allocated on the first call only).
   DeviceBuffer x_tmp, w_tmp, y_tmp;

@@ -4,6 +4,7 @@
 //   y[n,k,oh,ow]  = sum_{c,r,s} x[n,c,oh*st-pad+r, ow*st-pad+s] * w[k,c,r,s]
 //   dx[n,c,ih,iw] = sum_{k,r,s: ih = oh*st-pad+r, iw = ow*st-pad+s} dy[n,k,oh,ow] * w[k,c,r,s]
 //   dw[k,c,r,s]   = sum_{n,oh,ow} dy[n,k,oh,ow] * x[n,c,oh*st-pad+r, ow*st-pad+s]
+// conv2d_bias_act_fwd (inference): y = act(conv + bias[k] + z), all in float64, rounded once.
 // Out-of-range input positions are the zero padding. Activations are loaded as float64 in
 // (N,H,W,C) order so that the innermost loops run over contiguous channels; every output
 // element is accumulated by one thread in a fixed order (deterministic).
@@ -54,10 +55,8 @@ ConvGeom conv_geom(const char* op, const Conv2dParams& p, const Tensor& xt, cons
   return g;
 }
 
-}  // namespace
-
-void RefBackend::conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w, Tensor& y) {
-  const ConvGeom g = conv_geom("conv2d_fwd", p, x, "x", w, y, "y");
+/// The forward convolution in float64, (N,OH,OW,K) order.
+std::vector<double> conv_fwd_f64(const ConvGeom& g, const Tensor& x, const Tensor& w) {
   const std::vector<double> X = load(x, Layout::NHWC);  // [n][h][w][c]
   const std::vector<double> w0 = load(w);               // [k][c][r][s]
   std::vector<double> Wt(w0.size());                    // [r][s][c][k]
@@ -90,6 +89,37 @@ void RefBackend::conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor
           }
         }
       }
+  return Y;
+}
+
+}  // namespace
+
+void RefBackend::conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w, Tensor& y) {
+  const ConvGeom g = conv_geom("conv2d_fwd", p, x, "x", w, y, "y");
+  store(conv_fwd_f64(g, x, w), y, Layout::NHWC);
+}
+
+void RefBackend::conv2d_bias_act_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w,
+                                     const Tensor& bias, const Tensor& z, bool relu, Tensor& y) {
+  const char* op = "conv2d_bias_act_fwd";
+  const ConvGeom g = conv_geom(op, p, x, "x", w, y, "y");
+  check_float(op, "bias", bias);
+  RN50_CHECK(bias.ndim() == 1 && bias.dim(0) == g.K && bias.dtype() == y.dtype(),
+             "ref {}: bias is {}, expected ({}) in y's dtype {}", op, bias.str(), g.K,
+             dtype_name(y.dtype()));
+  if (z.defined())
+    RN50_CHECK(z.shape() == y.shape() && z.dtype() == y.dtype(),
+               "ref {}: z is {}, expected y's shape and dtype ({})", op, z.str(), y.str());
+  // Everything in float64, rounded once when stored.
+  std::vector<double> Y = conv_fwd_f64(g, x, w);  // [n][oh][ow][k]
+  const std::vector<double> B = load(bias);
+  std::vector<double> Z;
+  if (z.defined()) Z = load(z, Layout::NHWC);
+  for (size_t i = 0; i < Y.size(); ++i) {
+    double v = Y[i] + B[i % static_cast<size_t>(g.K)];
+    if (!Z.empty()) v += Z[i];
+    Y[i] = relu && v < 0 ? 0.0 : v;
+  }
   store(Y, y, Layout::NHWC);
 }
 

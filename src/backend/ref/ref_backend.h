@@ -34,6 +34,8 @@ class RefBackend final : public Backend {
   void synchronize() override {}
 
   void conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w, Tensor& y) override;
+  void conv2d_bias_act_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w,
+                           const Tensor& bias, const Tensor& z, bool relu, Tensor& y) override;
   void conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
                        Tensor& dx) override;
   void conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
