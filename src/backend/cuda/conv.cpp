@@ -462,12 +462,26 @@ void CudaBackend::conv2d_bias_act_fwd(const Conv2dParams& p, const Tensor& x, co
   bool first = false;
   ConvPlan* plan = fused_plan(*this, p, g, x, w, bias, z, relu, y, first);
   if (plan && plan->fused) {
-    void* ws = workspace.ensure(plan->ws_bytes);
     const float alpha1 = 1.f, alpha2 = z.defined() ? 1.f : 0.f;
-    const cudnnStatus_t st = cudnnConvolutionBiasActivationForward(
-        cudnn(), &alpha1, plan->x, x.data(), plan->w, w.data(), plan->conv, plan->fwd_algo, ws,
-        plan->ws_bytes, &alpha2, plan->y, z.defined() ? z.data() : y.data(), plan->bias,
-        bias.data(), plan->act, plan->y, y.data());
+    auto fused_call = [&] {
+      void* ws = workspace.ensure(plan->ws_bytes);
+      return cudnnConvolutionBiasActivationForward(
+          cudnn(), &alpha1, plan->x, x.data(), plan->w, w.data(), plan->conv, plan->fwd_algo, ws,
+          plan->ws_bytes, &alpha2, plan->y, z.defined() ? z.data() : y.data(), plan->bias,
+          bias.data(), plan->act, plan->y, y.data());
+    };
+    cudnnStatus_t st = fused_call();
+    if (st != CUDNN_STATUS_SUCCESS && first &&
+        plan->fwd_algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) {
+      // The searched algorithm may have no fused form: the one every configuration has.
+      size_t ws = 0;
+      plan->fwd_algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+      if (cudnnGetConvolutionForwardWorkspaceSize(cudnn(), plan->x, plan->w, plan->conv, plan->y,
+                                                  plan->fwd_algo, &ws) == CUDNN_STATUS_SUCCESS) {
+        plan->ws_bytes = ws;
+        st = fused_call();
+      }
+    }
     if (st == CUDNN_STATUS_SUCCESS) return;
     // Only the first call may find the configuration unsupported; later ones must not fail.
     RN50_CHECK(first, "cuda {}: cudnnConvolutionBiasActivationForward failed: {}", op,
