@@ -68,11 +68,9 @@ class DeviceEngine final : public InferenceEngine {
       plan.graph->replay();
     } else {
       run_ops(plan);
-      if (!plan.tried_capture) {
-        // The eager run chose every algorithm and grew every workspace: record it now.
-        plan.tried_capture = true;
-        plan.graph = be_->capture([&] { run_ops(plan); });
-      }
+      // The eager run chose every algorithm and grew every workspace: record it now (CPU
+      // backends return no graph at once, without calling the function).
+      plan.graph = be_->capture([&] { run_ops(plan); });
     }
     be_->copy(plan.values[static_cast<size_t>(prog_.ops.back().output)], plan.logits);
     Tensor out = Tensor::empty({x.n(), prog_.num_classes}, DType::f32);
@@ -95,7 +93,6 @@ class DeviceEngine final : public InferenceEngine {
     Tensor staging[2];           ///< f32 input as the caller lays it out: [0] NCHW, [1] NHWC
     Tensor logits;               ///< f32 (N, classes) on the device
     std::unique_ptr<Graph> graph;
-    bool tried_capture = false;
   };
 
   void run_ops(Plan& plan) {

@@ -7,7 +7,7 @@
 // Each step is rounded to the slab dtype in torch's order (torch does the same in float32).
 // Then the optional mask (p = buf = 0 where mask == 0) and compute copy (p converted to
 // f16/bf16 by RefBackend::copy). F16 slabs (pure fp16): the same update in f32 per element, p
-// and buf rounded to f16 when stored (sgd_half).
+// and buf rounded to f16 when stored (Slab<uint16_t>).
 #include <cstdint>
 
 #include "core/step_state.h"
@@ -17,41 +17,43 @@
 namespace rn50::ref {
 
 namespace {
-template <class T>
+/// Element access of a slab type: f32/f64 are computed in themselves; f16 bits (pure fp16) are
+/// widened to f32 (exact) and rounded to nearest even when stored.
+template <class S>
+struct Slab {
+  using C = S;
+  static C load(S v) { return v; }
+  static S store(C v) { return v; }
+};
+template <>
+struct Slab<uint16_t> {
+  using C = float;
+  static float load(uint16_t v) { return half_to_float(v); }
+  static uint16_t store(float v) { return float_to_half(v); }
+};
+
+/// The update in the compute type C of slab type S, in torch's order; p takes the unrounded buf
+/// (for f16 slabs: Paddle's momentum kernel with MT = float).
+template <class S>
 void sgd_impl(const SgdParams& p, const SgdStep& st, Tensor& params, const Tensor& grads,
               Tensor& buf) {
-  T* w = params.data_as<T>();
-  const T* g = grads.data_as<const T>();
-  T* b = buf.data_as<T>();
+  using L = Slab<S>;
+  using C = typename L::C;
+  S* w = params.data_as<S>();
+  const S* g = grads.data_as<const S>();
+  S* b = buf.data_as<S>();
   const int64_t n = params.numel();
-  const T scale = static_cast<T>(st.grad_scale), wd = static_cast<T>(p.weight_decay);
-  const T mom = static_cast<T>(p.momentum), lr = static_cast<T>(st.lr);
+  const C scale = static_cast<C>(st.grad_scale), wd = static_cast<C>(p.weight_decay);
+  const C mom = static_cast<C>(p.momentum), lr = static_cast<C>(st.lr);
 #pragma omp parallel for schedule(static) if (parallel_worth(n))
   for (int64_t i = 0; i < n; ++i) {
-    T d = g[i];
+    C d = L::load(g[i]);
+    const C wi = L::load(w[i]);
     if (st.grad_scale != 1.f) d = d * scale;
-    if (i < p.decay_count) d = d + wd * w[i];
-    b[i] = mom * b[i] + d;
-    w[i] = w[i] - lr * b[i];
-  }
-}
-/// Pure fp16 slabs (f16 bits): widen, update in f32 in torch's order, round p and buf once
-/// each when stored; p takes the unrounded buf (Paddle's momentum kernel with MT = float).
-void sgd_half(const SgdParams& p, const SgdStep& st, Tensor& params, const Tensor& grads,
-              Tensor& buf) {
-  uint16_t* w = params.data_as<uint16_t>();
-  const uint16_t* g = grads.data_as<const uint16_t>();
-  uint16_t* b = buf.data_as<uint16_t>();
-  const int64_t n = params.numel();
-#pragma omp parallel for schedule(static) if (parallel_worth(n))
-  for (int64_t i = 0; i < n; ++i) {
-    float d = half_to_float(g[i]);
-    const float wi = half_to_float(w[i]);
-    if (st.grad_scale != 1.f) d = d * st.grad_scale;
-    if (i < p.decay_count) d = d + p.weight_decay * wi;
-    const float bi = p.momentum * half_to_float(b[i]) + d;
-    b[i] = float_to_half(bi);
-    w[i] = float_to_half(wi - st.lr * bi);
+    if (i < p.decay_count) d = d + wd * wi;
+    const C bi = mom * L::load(b[i]) + d;
+    b[i] = L::store(bi);
+    w[i] = L::store(wi - lr * bi);
   }
 }
 }  // namespace
@@ -81,7 +83,7 @@ void RefBackend::sgd_update(const SgdParams& p, Tensor& params, const Tensor& gr
   const SgdStep st = resolve_sgd_step("ref sgd_update", p);
   if (st.skip) return;  // an AMP step whose gradients overflowed
   if (half)
-    sgd_half(p, st, params, grads, momentum_buf);
+    sgd_impl<uint16_t>(p, st, params, grads, momentum_buf);
   else if (params.dtype() == DType::f32)
     sgd_impl<float>(p, st, params, grads, momentum_buf);
   else
