@@ -6,6 +6,8 @@
 # Runs `rn50 train --benchmark --data synthetic` and `torch_reference.py --bench train
 # --channels-last` alternately REPEATS times and prints the median images/s of each and the
 # ratio (fp32 on a GPU means TF32 on both sides: the peer enables it, rn50 allows it by default).
+# On a GPU, the memory of each: device total - free at the end of the run (CUDA context, caches
+# and workspaces included), and torch's peak allocated tensor memory.
 # Needs ../shared/peers beside the repo (or PEER=path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,9 +28,23 @@ out=$(mktemp -d)
 for i in $(seq "$R"); do
   "$RN50" train --benchmark --data synthetic --device "$D" "${AMP[@]}" --batch-size "$B" \
     --crop-size "$C" --benchmark-steps "$S" --benchmark-warmup-steps "$W" \
-    --report-file "$out/rn50_$i.jsonl" > "$out/rn50_$i.log"
-  "$PY" "$PEER" --bench train "${PEER_DEV[@]}" --precision "$P" --batch-size "$B" --crop-size "$C" \
-    --channels-last --steps "$S" --warmup-steps "$W" > "$out/torch_$i.jsonl"
+    --report-file "$out/rn50_$i.jsonl" > "$out/rn50_$i.log" 2>&1 ||
+    { echo "rn50 failed (run $i):"; tail -30 "$out/rn50_$i.log"; exit 1; }
+  # The peer under a wrapper that records torch's peak allocated GPU memory (0 on CPU).
+  PEAK_FILE="$out/torch_peak_$i" "$PY" -c '
+import os, runpy, sys, torch
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    used = peak = 0
+    if torch.cuda.is_initialized():  # device total - free, as rn50 reports it; and the peak
+        free, total = torch.cuda.mem_get_info()
+        used, peak = total - free, torch.cuda.max_memory_allocated()
+    open(os.environ["PEAK_FILE"], "w").write(f"{used} {peak}")
+' "$PEER" --bench train "${PEER_DEV[@]}" --precision "$P" --batch-size "$B" --crop-size "$C" \
+    --channels-last --steps "$S" --warmup-steps "$W" > "$out/torch_$i.jsonl" 2> "$out/torch_$i.err" ||
+    { echo "torch peer failed (run $i):"; tail -30 "$out/torch_$i.err"; exit 1; }
 done
 "$PY" - "$out" "$R" "$B" "$C" "$P" <<'PY'
 import json, statistics, sys
@@ -45,7 +61,13 @@ oi, pi = [d["train.ips"] for d in ours], [d["ips"] for d in peer]
 mo, mp = statistics.median(oi), statistics.median(pi)
 dev = ours[0].get("device", "?")
 mem = ours[-1].get("gpu_memory_used_bytes")
+try:
+    tmem, tpeak = (max(v) for v in zip(*(map(int, open(f"{out}/torch_peak_{i}").read().split())
+                                         for i in range(1, r + 1))))
+except (OSError, ValueError):
+    tmem = tpeak = 0
 print(f"train {p} batch {b} crop {c} on {dev}: rn50 {mo:.2f} img/s (runs {', '.join(f'{x:.2f}' for x in oi)}), "
       f"torch channels_last {mp:.2f} img/s (runs {', '.join(f'{x:.2f}' for x in pi)}), ratio {mo / mp:.2f}x"
-      + (f"; rn50 GPU memory in use {mem / 2**30:.2f} GiB" if mem else ""))
+      + (f"; rn50 GPU memory in use {mem / 2**30:.2f} GiB" if mem else "")
+      + (f"; torch {tmem / 2**30:.2f} GiB (peak allocated {tpeak / 2**30:.2f})" if tmem else ""))
 PY

@@ -1,101 +1,267 @@
 #!/usr/bin/env bash
-# Everything a GPU machine should check, in one call (GUIDE.md section 6):
-#   scripts/gpu-check.sh LOGDIR
-# 1. unpacks deps/debs/*.deb into /opt/deps when a build dependency is missing (see
-#    scripts/gpu-deps.sh, run beforehand on a machine with apt);
-# 2. builds with the CUDA backend required (-DRN50_CUDA=ON) into build-gpu;
-# 3. runs the whole ctest suite: the op harness then covers the cuda backend in f32/f16/bf16 and
-#    NCHW/NHWC against the reference;
-# 4. benchmarks rn50 against torch_reference.py (if PEER points at it; ../shared does not travel
-#    to the device machine, so copy the peer into deps/peers first) at batch 256 for AMP fp16,
-#    bf16 and fp32 (TF32), same run, same GPU: images/s, ratio, GPU memory;
-# 5. trains one epoch on real JPEGs (deps/data/imagenette-mini) and reports the share of step
-#    time spent waiting for data;
-# 6. times the GPU inference engine against torch on the GPU (bench/infer_vs_peers.sh with
-#    DEVICE=cuda: fp16 and fp32 at batch 1, 64, 256; latency percentiles).
-# Every step logs to LOGDIR/<step>.log; a summary goes to LOGDIR/summary.txt. Exit status:
-# non-zero if the build or any test failed.
+# Everything a GPU machine should check (issue 11, GUIDE.md section 6), in stages that fit the
+# device tool's calls (at most 600 s each, 30 minutes of device time in all):
+#   scripts/gpu-check.sh LOGDIR [STAGES]
+# STAGES, comma-separated, run in the order given (default: all of them in this order):
+#   probe  the machine: GPU, driver, nvcc, cmake, python/torch, where cuDNN, NCCL, cuBLAS and
+#          cuSPARSELt are (toolkit, system or Python packages), MPI, glibc, cores, disk
+#   build  -DRN50_CUDA=ON into build-gpu, for this GPU's architecture only (nvidia-smi's
+#          compute capability: 9.0 -> 90-real), Release
+#   test   the whole ctest suite with RN50_REQUIRE=gpu (a test that would skip for want of a GPU
+#          fails instead), the CUDA op harness alone, and compute-sanitizer memcheck on part of it
+#   bench  rn50 vs torch_reference.py --bench train (channels_last) at batch 256, same run, same
+#          GPU: fp16 AMP, bf16 AMP, fp32 (TF32); images/s, ratio, GPU memory of each
+#   comm   the NCCL tests, then --dist-backend single vs nccl at world size 1 (the overhead)
+#   train  real JPEGs (deps/data/imagenette-mini), --amp, 224 px, as many epochs as fit in
+#          TRAIN_S seconds: loss, top-1 per epoch, images/s, data time per step
+#   infer  the GPU inference engine vs torch on the GPU (bench/infer_vs_peers.sh DEVICE=cuda,
+#          batch 1, 64, 256; latency percentiles)
+# Every step logs to LOGDIR/<step>.log and one line to LOGDIR/summary.txt. With OUT set (the
+# device tool's folder), the summary is also appended to $OUT/summary.txt as it goes, and at exit
+# LOGDIR is packed into $OUT/logs-<stages>.tgz (the tool brings back at most 8 files).
+# Time: DEADLINE_S (default 560) bounds the whole call: each step's timeout is cut to what is
+# left, and a step with less than 20 s left is skipped (and says so). Per-step limits: BUILD_S
+# (480), TEST_S (420), TRAIN_S (300). Other knobs: REPEATS (2), BENCH_STEPS (100), BENCH_WARMUP
+# (20), PEER (deps/peers/torch_reference.py), PYTHON (python3).
+# Dependencies the image lacks come from deps/debs (scripts/gpu-deps.sh, run beforehand on a
+# machine with apt): unpacked once with dpkg -x into build-gpu-deps/ (never into /), their
+# pkg-config files pointed there. NVIDIA libraries that live only in Python packages
+# (site-packages/nvidia/*/lib) go on LD_LIBRARY_PATH; CMakeLists.txt finds them by itself.
+# Exit status: non-zero if a stage failed (build, tests, a benchmark that produced no figure).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-LOG=${1:?usage: scripts/gpu-check.sh LOGDIR}
+LOG=${1:?usage: scripts/gpu-check.sh LOGDIR [probe,build,test,bench,comm,train,infer]}
+STAGES=${2:-probe,build,test,bench,comm,train,infer}
 mkdir -p "$LOG"
+LOG=$(cd "$LOG" && pwd)
+ROOT=$(pwd)
 summary="$LOG/summary.txt"
-: > "$summary"
-say() { echo "$*" | tee -a "$summary"; }
+START=$(date +%s)
+DEADLINE_S=${DEADLINE_S:-560}
+PY=${PYTHON:-python3}
+PEER=${PEER:-deps/peers/torch_reference.py}
+REPEATS=${REPEATS:-2}
+STEPS=${BENCH_STEPS:-100}
+WARM=${BENCH_WARMUP:-20}
+failed=0
 
-nvidia-smi > "$LOG/nvidia-smi.log" 2>&1 || say "nvidia-smi failed (no GPU?)"
-say "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)"
-
-# 1. dependencies
-if ! pkg-config --exists libturbojpeg 2>/dev/null || [ ! -e /usr/include/oneapi/dnnl/dnnl.hpp ]; then
-  if ls deps/debs/*.deb > /dev/null 2>&1; then
-    mkdir -p /opt/deps
-    for f in deps/debs/*.deb; do dpkg -x "$f" /opt/deps; done
-    export CMAKE_PREFIX_PATH=/opt/deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
-    export PKG_CONFIG_PATH=/opt/deps/usr/lib/x86_64-linux-gnu/pkgconfig:/opt/deps/usr/share/pkgconfig
-    export LD_LIBRARY_PATH=/opt/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export CPATH=/opt/deps/usr/include${CPATH:+:$CPATH}
-    say "deps: unpacked $(ls deps/debs/*.deb | wc -l) .deb files into /opt/deps"
+say() {
+  echo "$*" | tee -a "$summary"
+  [ -n "${OUT:-}" ] && echo "$*" >> "$OUT/summary.txt"
+  return 0
+}
+pack() {
+  [ -n "${OUT:-}" ] || return 0
+  tar -C "$LOG" --exclude='*.safetensors' --exclude=ckpt -czf "$OUT/logs-${STAGES//,/-}.tgz" . \
+    2> /dev/null
+}
+trap pack EXIT
+left() { echo $((DEADLINE_S - ($(date +%s) - START))); }
+# step NAME LIMIT_S CMD...: runs CMD with its output in LOG/NAME.log under a timeout of
+# min(LIMIT_S, time left); returns CMD's status (124 on timeout, 125 when skipped).
+step() {
+  local name=$1 limit=$2 l
+  shift 2
+  l=$(left)
+  [ "$l" -lt "$limit" ] && limit=$l
+  if [ "$limit" -lt 20 ]; then
+    say "$name: skipped, ${l}s left of DEADLINE_S=$DEADLINE_S"
+    return 125
+  fi
+  if [ "$(type -t "$1")" = function ]; then  # timeout runs programs: give it a bash that has it
+    timeout --kill-after=10 "$limit" bash -c "$*" > "$LOG/$name.log" 2>&1
   else
-    say "deps: oneDNN/libturbojpeg missing and no deps/debs (run scripts/gpu-deps.sh first)"
+    timeout --kill-after=10 "$limit" "$@" > "$LOG/$name.log" 2>&1
+  fi
+  local rc=$?
+  [ $rc = 124 ] && say "$name: timed out after ${limit}s"
+  return $rc
+}
+
+# ---- environment (every call: nothing here survives between device calls but files) ----
+command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
+if ! pkg-config --exists libturbojpeg 2> /dev/null || [ ! -e /usr/include/oneapi/dnnl/dnnl.hpp ]; then
+  D=$ROOT/build-gpu-deps/root
+  if [ ! -e "$D/.unpacked" ] && ls deps/debs/*.deb > /dev/null 2>&1; then
+    mkdir -p "$D"
+    for f in deps/debs/*.deb; do dpkg -x "$f" "$D"; done
+    # Debian's .pc files say prefix=/usr: point them at the unpacked tree.
+    find "$D" -name '*.pc' -exec sed -i "s|=/usr|=$D/usr|g" {} +
+    touch "$D/.unpacked"
+  fi
+  if [ -e "$D/.unpacked" ]; then
+    export CMAKE_PREFIX_PATH=$D/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+    export PKG_CONFIG_PATH=$D/usr/lib/x86_64-linux-gnu/pkgconfig:$D/usr/share/pkgconfig
+    export LD_LIBRARY_PATH=$D/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export LIBRARY_PATH=$D/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
+    export CPATH=$D/usr/include${CPATH:+:$CPATH}
   fi
 fi
-
-# 2. build
-if ! cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DRN50_CUDA=ON -DRN50_NATIVE=OFF \
-     > "$LOG/configure.log" 2>&1 || ! cmake --build build-gpu -j "$(nproc)" > "$LOG/build.log" 2>&1; then
-  say "build: FAILED (see configure.log / build.log)"; tail -30 "$LOG/build.log" "$LOG/configure.log"
-  exit 1
-fi
-say "build: ok"
-
-# 3. tests
-(cd build-gpu && ctest -j 4 --output-on-failure --timeout 1800) > "$LOG/ctest.log" 2>&1
-rc=$?
-say "ctest: $(grep -E 'tests passed|tests failed' "$LOG/ctest.log" | tail -1)"
-./build-gpu/test_ops_backends --gtest_filter='*cuda*:*Cuda*' > "$LOG/cuda_ops.log" 2>&1
-say "cuda op harness: $(grep -E '^\[  (PASSED|FAILED) ' "$LOG/cuda_ops.log" | tr '\n' ' ')"
-
-# 4. benchmarks against the peer
-PEER=${PEER:-deps/peers/torch_reference.py}
-if [ -f "$PEER" ]; then
-  for p in fp16 bf16 fp32; do
-    PRECISION=$p DEVICE=cuda REPEATS=${REPEATS:-3} PEER=$PEER BUILD_DIR=build-gpu PYTHON=${PYTHON:-python3} \
-      bench/train_vs_torch.sh 256 224 ${BENCH_STEPS:-100} ${BENCH_WARMUP:-20} > "$LOG/bench_$p.log" 2>&1
-    say "bench $p: $(tail -1 "$LOG/bench_$p.log")"
+nv_roots=$("$PY" -c "import nvidia; print(' '.join(sorted(set(nvidia.__path__))))" 2> /dev/null)
+for r in $nv_roots; do
+  for l in "$r"/*/lib; do
+    [ -d "$l" ] && export LD_LIBRARY_PATH=$l${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   done
-else
-  for p in fp16 bf16 fp32; do
-    case $p in fp16) a=(--amp);; bf16) a=(--amp --amp-dtype bf16);; *) a=();; esac
-    ./build-gpu/rn50 train --benchmark --data synthetic --device cuda "${a[@]}" --batch-size 256 \
-      --benchmark-steps 100 --benchmark-warmup-steps 20 > "$LOG/bench_$p.log" 2>&1
-    say "bench $p (no peer at $PEER): $(grep 'train.ips' "$LOG/bench_$p.log" | tail -1)"
-  done
-fi
-
-# 5. NCCL at world size 1: the communicator's tests, then step time with and without it
-./build-gpu/test_dist_mpi --gtest_filter='DistNccl*' > "$LOG/nccl_tests.log" 2>&1
-say "nccl tests: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOG/nccl_tests.log" | tr '\n' ' ')"
-for kind in single nccl; do
-  mpirun --allow-run-as-root -np 1 ./build-gpu/rn50 train --benchmark --data synthetic --device cuda \
-    --amp --batch-size 256 --benchmark-steps 100 --benchmark-warmup-steps 20 --dist-backend $kind \
-    > "$LOG/comm_$kind.log" 2>&1
-  say "world size 1, --dist-backend $kind: $(grep 'train.ips' "$LOG/comm_$kind.log" | tail -1)"
 done
+MPIRUN=$(command -v mpirun || true)
 
-# 6. real JPEGs
-if [ -d deps/data/imagenette-mini/train ]; then
-  ./build-gpu/rn50 train --image-root deps/data/imagenette-mini --device cuda --amp --epochs 1 \
-    --warmup-epochs 0 --batch-size 256 --checkpoint-dir "$LOG/ckpt" --report-file "$LOG/jpeg.jsonl" \
-    > "$LOG/jpeg_train.log" 2>&1
-  say "real JPEGs: $(grep 'done:' "$LOG/jpeg_train.log" | tail -1)"
-fi
+# ---- stages ----
+probe() {
+  {
+    echo "== nvidia-smi"; nvidia-smi
+    echo "== compute capability"; nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
+    echo "== nvcc"; nvcc --version
+    echo "== cmake / ninja / g++"; cmake --version | head -1; ninja --version; g++ --version | head -1
+    echo "== os / glibc"; head -2 /etc/os-release; ldd --version | head -1
+    echo "== cores / memory / disk"; nproc; free -g | head -2; df -h . | tail -1
+    echo "== python / torch"
+    "$PY" -c "import sys, torch, torchvision; print(sys.version.split()[0], torch.__version__, torchvision.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'gpu', torch.cuda.is_available())"
+    echo "== nvidia Python packages: $nv_roots"
+    for r in $nv_roots; do ls -d "$r"/*/ "$r"/*/lib/* 2> /dev/null; done
+    echo "== headers and libraries outside Python"
+    for n in cudnn.h nccl.h cublasLt.h cusparseLt.h; do
+      find /usr/local/cuda*/ /usr/include /opt -name "$n" 2> /dev/null | head -3 | sed "s|^|$n: |"
+    done
+    ldconfig -p | grep -E 'libcudnn\.|libnccl\.|libcublasLt\.|libcusparseLt\.' || echo "ldconfig: none"
+    ls /usr/local/cuda/lib64/ 2> /dev/null | grep -E 'cudnn|nccl|cublasLt|cusparseLt' || echo "toolkit: none of them"
+    echo "== mpi: ${MPIRUN:-absent}"; [ -n "$MPIRUN" ] && "$MPIRUN" --version | head -1
+    echo "== oneDNN / turbojpeg: $(ls /usr/include/oneapi/dnnl/dnnl.hpp 2>&1) $(pkg-config --modversion libturbojpeg 2>&1)"
+    echo "== compute-sanitizer: $(command -v compute-sanitizer || echo absent)"
+    echo "== LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+  } 2>&1
+}
 
-# 7. The GPU inference engine against torch on the GPU (same run): batch 1, 64, 256.
-if [ -f "$PEER" ]; then
-  DEVICE=cuda BUILD_DIR=build-gpu PEER="$PEER" REPEATS=1 PYTHON=${PYTHON:-python3} \
-    bench/infer_vs_peers.sh 1,64,256 224 ${BENCH_STEPS:-100} ${BENCH_WARMUP:-20} \
-    > "$LOG/infer.log" 2>&1
-  say "infer: $(grep -c rn50 "$LOG/infer.log") rn50 rows (infer.log)"
-fi
-exit $rc
+cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2> /dev/null | head -1 | tr -d ' .')
+ARCHS=${RN50_CUDA_ARCHS:-${cap:-90}-real}
+
+build() {
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DRN50_CUDA=ON -DRN50_NATIVE=OFF \
+    "-DRN50_CUDA_ARCHS=$ARCHS" && cmake --build build-gpu -j "$(nproc)"
+}
+
+run_tests() {
+  cd build-gpu && RN50_REQUIRE=gpu ctest -j 8 --output-on-failure --timeout 600
+}
+
+sanitize() {
+  command -v compute-sanitizer > /dev/null || { echo "compute-sanitizer: absent"; return 0; }
+  local f='*Cuda*Conv*:*Cuda*BatchNorm*:*cuda*Conv*:*cuda*BatchNorm*'
+  compute-sanitizer --tool memcheck --error-exitcode 3 ./build-gpu/test_ops_backends \
+    --gtest_filter="$f"
+  local a=$?
+  compute-sanitizer --tool racecheck --error-exitcode 3 ./build-gpu/test_ops_backends \
+    --gtest_filter="$f"
+  local b=$?
+  echo "memcheck rc=$a racecheck rc=$b"
+  [ $a = 0 ] && [ $b = 0 ]
+}
+
+bench() {
+  for p in fp16 bf16 fp32; do
+    if [ -f "$PEER" ]; then
+      PRECISION=$p DEVICE=cuda REPEATS=$REPEATS PEER=$PEER BUILD_DIR=build-gpu PYTHON=$PY \
+        step "bench_$p" 200 bench/train_vs_torch.sh 256 224 "$STEPS" "$WARM"
+    else
+      local a=()
+      case $p in fp16) a=(--amp) ;; bf16) a=(--amp --amp-dtype bf16) ;; esac
+      step "bench_$p" 120 ./build-gpu/rn50 train --benchmark --data synthetic --device cuda \
+        "${a[@]}" --batch-size 256 --benchmark-steps "$STEPS" --benchmark-warmup-steps "$WARM"
+    fi
+    local line
+    line=$(grep -E '^train |train.ips' "$LOG/bench_$p.log" | tail -1)
+    [ -n "$line" ] || { failed=1; line="FAILED: $(tail -3 "$LOG/bench_$p.log" | tr '\n' ' ')"; }
+    say "bench $p: $line"
+  done
+}
+
+comm() {
+  RN50_REQUIRE=gpu step nccl_tests 120 ./build-gpu/test_dist_mpi --gtest_filter='DistNccl*'
+  say "nccl tests: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOG/nccl_tests.log" | tr '\n' ' ')"
+  grep -q '^\[  PASSED  \]' "$LOG/nccl_tests.log" && ! grep -q FAILED "$LOG/nccl_tests.log" ||
+    failed=1
+  # Alternating runs; the medians and their ratio.
+  for i in $(seq 3); do
+    for kind in single nccl; do
+      step "comm_${kind}_$i" 90 ./build-gpu/rn50 train --benchmark --data synthetic \
+        --device cuda --amp --batch-size 256 --benchmark-steps "$STEPS" \
+        --benchmark-warmup-steps "$WARM" --dist-backend $kind --report-file "$LOG/comm_${kind}_$i.jsonl"
+    done
+  done
+  say "world size 1: $("$PY" - "$LOG" << 'EOF'
+import json, statistics, sys, glob
+def ips(kind):
+    v = []
+    for f in sorted(glob.glob(f"{sys.argv[1]}/comm_{kind}_*.jsonl")):
+        for line in open(f):
+            d = json.loads(line)
+            if "train.ips" in d and d.get("type", "benchmark") == "benchmark":
+                v.append(d["train.ips"])
+    return v
+s, n = ips("single"), ips("nccl")
+if not s or not n:
+    print(f"FAILED (single {s}, nccl {n}); see comm_*.log")
+else:
+    ms, mn = statistics.median(s), statistics.median(n)
+    print(f"single {ms:.1f} img/s {s}, nccl {mn:.1f} img/s {n}, overhead {100 * (1 - mn / ms):.2f}%")
+EOF
+)"
+}
+
+train_jpeg() {
+  [ -d deps/data/imagenette-mini/train ] || { say "train: no deps/data/imagenette-mini"; return 1; }
+  rm -rf build-gpu/ckpt
+  step train_jpeg "${TRAIN_S:-300}" ./build-gpu/rn50 train --image-root deps/data/imagenette-mini \
+    --device cuda --amp --epochs "${TRAIN_EPOCHS:-40}" --warmup-epochs 2 --batch-size 256 \
+    --crop-size 224 --checkpoint-dir build-gpu/ckpt --report-file "$LOG/train_jpeg.jsonl"
+  local rc=$?
+  grep 'done:' "$LOG/train_jpeg.log" | sed 's/^/  /' | tee -a "$summary"
+  [ -n "${OUT:-}" ] && grep 'done:' "$LOG/train_jpeg.log" | sed 's/^/  /' >> "$OUT/summary.txt"
+  local why="" n
+  n=$(grep -c 'done:' "$LOG/train_jpeg.log")
+  [ $rc = 124 ] && why=" (cut at TRAIN_S=${TRAIN_S:-300}s, as planned)"
+  [ $rc != 0 ] && [ $rc != 124 ] && why=": $(grep -iE 'error|what\(\)' "$LOG/train_jpeg.log" | tail -1)"
+  say "train: rc $rc$why, $n epochs"
+  grep -q 'done:' "$LOG/train_jpeg.log"
+}
+
+infer() {
+  [ -f "$PEER" ] || { say "infer: no peer at $PEER"; return 1; }
+  DEVICE=cuda BUILD_DIR=build-gpu PEER="$PEER" REPEATS=1 PYTHON=$PY DATA=deps/data/imagenette-mini \
+    step infer 240 bench/infer_vs_peers.sh 1,64,256 224 "$STEPS" "$WARM"
+  local rc=$?
+  grep -E 'rn50|torch|ratio' "$LOG/infer.log" | sed 's/^/  /' | tee -a "$summary"
+  [ -n "${OUT:-}" ] && grep -E 'rn50|torch|ratio' "$LOG/infer.log" | sed 's/^/  /' >> "$OUT/summary.txt"
+  return $rc
+}
+
+export -f build run_tests sanitize
+export ARCHS
+say "gpu-check $(git rev-parse --short HEAD 2> /dev/null) stages $STAGES on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2> /dev/null || echo 'no GPU')"
+for s in ${STAGES//,/ }; do
+  case $s in
+    probe) (probe) > "$LOG/probe.log" 2>&1; say "probe: $(grep -A1 '== python' "$LOG/probe.log" | tail -1)" ;;
+    build)
+      if step build "${BUILD_S:-480}" build; then
+        say "build: ok ($ARCHS, $(grep -E 'rn50: (CUDA|MPI)' "$LOG/build.log" | tr '\n' ' '))"
+      else
+        failed=1; say "build: FAILED"; tail -30 "$LOG/build.log"
+        break
+      fi ;;
+    test)
+      step ctest "${TEST_S:-420}" run_tests
+      rc=$?; [ $rc = 0 ] || failed=1
+      say "ctest: rc $rc, $(grep -E 'tests passed|tests failed' "$LOG/ctest.log" | tail -1)"
+      grep -E '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)' "$LOG/ctest.log" | sed 's/^/  /' | tee -a "$summary"
+      step cuda_ops 150 ./build-gpu/test_ops_backends --gtest_filter='*cuda*:*Cuda*' || failed=1
+      say "cuda op harness: $(grep -E '^\[  (PASSED|FAILED) ' "$LOG/cuda_ops.log" | tr '\n' ' ')"
+      step sanitizer 150 sanitize
+      say "compute-sanitizer: $(tail -1 "$LOG/sanitizer.log")" ;;
+    bench) bench ;;
+    comm) comm ;;
+    train) train_jpeg || failed=1 ;;
+    infer) infer || failed=1 ;;
+    *) say "unknown stage '$s' (known: probe,build,test,bench,comm,train,infer)"; failed=1 ;;
+  esac
+done
+say "gpu-check: done in $(($(date +%s) - START))s, failed=$failed"
+exit $failed

@@ -105,7 +105,7 @@ namespace {
 std::string nccl_skip_reason() {
   auto kinds = rn50::compiled_communicators();
   if (std::find(kinds.begin(), kinds.end(), "nccl") == kinds.end())
-    return "rn50 was built without NCCL (needs the CUDA backend, MPI and NCCL)";
+    return "rn50 was built without NCCL (needs the CUDA backend and NCCL)";
   if (rn50::cuda_device_count() == 0) return "no GPU: " + rn50::cuda_unavailable_reason();
   return "";
 }

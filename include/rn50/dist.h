@@ -1,6 +1,6 @@
 // rn50: data-parallel training across processes. A Communicator sums tensors across all ranks:
 // "single" (one process, no-ops), "mpi" (OpenMPI; host tensors; also the bootstrap of NCCL),
-// "nccl" (CUDA tensors, the unique id broadcast over MPI). Rank, world size and local rank come
+// "nccl" (CUDA tensors, the unique id broadcast over MPI; without MPI, 1 process only). Rank, world size and local rank come
 // from the launcher's environment (OpenMPI's mpirun or Slurm's srun). One GPU per local rank.
 //
 // Gradient averaging (DLE / torch DDP): each rank's loss gradient is scaled by 1/world_size, so a
@@ -86,7 +86,7 @@ class Communicator {
 /// a valid 1-process job (MPI singleton).
 std::unique_ptr<Communicator> make_communicator(const std::string& kind, Backend& backend);
 /// Communicator kinds compiled into this build: {"single"}, plus "mpi" when built with MPI and
-/// "nccl" when built with CUDA, NCCL and MPI.
+/// "nccl" when built with CUDA and NCCL (jobs of several processes also need MPI).
 std::vector<std::string> compiled_communicators();
 /// Versions of the communication libraries linked, for benchmark records: {"nccl", "2.28.3"} when
 /// built with NCCL (ncclGetVersion), {"mpi", the first line of MPI_Get_library_version} when

@@ -154,8 +154,8 @@ std::unique_ptr<Communicator> make_communicator(const std::string& kind, Backend
                backend.name());
     return dist::make_nccl_communicator(info, backend);
 #else
-    RN50_FAIL("communicator 'nccl': this rn50 was built without NCCL (needs the CUDA backend, "
-              "MPI and NCCL at configure time)");
+    RN50_FAIL("communicator 'nccl': this rn50 was built without NCCL (needs the CUDA backend "
+              "and NCCL at configure time, and MPI for jobs of several processes)");
 #endif
   }
   std::string known;

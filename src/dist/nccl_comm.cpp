@@ -1,5 +1,6 @@
 // rn50: the NCCL communicator: in-place SUM allreduce of F32 tensors on the backend's GPU.
-// Compiled only with the CUDA backend, MPI and NCCL (RN50_HAVE_NCCL).
+// Compiled with the CUDA backend and NCCL (RN50_HAVE_NCCL); with MPI (RN50_HAVE_MPI) for jobs of
+// several processes.
 //
 // NEVER RUN YET: written against nccl.h (NCCL 2.28) and the CUDA runtime API on a machine
 // without a GPU; it compiles here. The first GPU run must check the world-size-1 path (the
@@ -7,6 +8,9 @@
 //
 // Bootstrap (NCCL docs, "Creating a communicator"): an internal MPI communicator broadcasts the
 // ncclUniqueId that rank 0 made; every rank then calls ncclCommInitRank on the backend's GPU.
+// Built without MPI, only a 1-process job is possible: the id stays in the process, host-side
+// collectives are identities and the watchdog is local (as in "single"), while device
+// allreduces still go through NCCL (the world-size-1 overhead check on a GPU image without MPI).
 // Ordering (NCCL docs, "CUDA stream semantics"): allreduce_sum_async records an event on the
 // backend's stream, makes a dedicated high-priority comm stream wait for it, queues
 // ncclAllReduce there and records a done event; PendingReduce::wait() makes the backend's stream
@@ -16,6 +20,7 @@
 #ifdef RN50_HAVE_NCCL
 #include <nccl.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -24,7 +29,10 @@
 #include "backend/cuda/cuda_util.h"
 #include "core/check.h"
 #include "dist/comm_impl.h"
+#include "dist/watchdog.h"
+#ifdef RN50_HAVE_MPI
 #include "dist/mpi_comm.h"
+#endif
 
 #define RN50_NCCL_CHECK(expr)                                                              \
   do {                                                                                     \
@@ -97,8 +105,15 @@ class NoopPending final : public PendingReduce {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(const ProcessInfo& info, Backend& backend)
-      : mpi_(std::make_unique<MpiCommunicator>(info, nullptr)), backend_(backend) {
+  NcclCommunicator(const ProcessInfo& info, Backend& backend) : info_(info), backend_(backend) {
+#ifdef RN50_HAVE_MPI
+    mpi_ = std::make_unique<MpiCommunicator>(info, nullptr);
+#else
+    RN50_CHECK(info.world_size == 1,
+               "nccl: this {}-process job ({} launch) needs MPI to share NCCL's unique id, and "
+               "this rn50 was built without MPI (install libopenmpi-dev and re-run cmake)",
+               info.world_size, info.launcher);
+#endif
     Device dev = backend.device();
     RN50_CHECK(dev.type == DeviceType::CUDA && backend.native_stream() != nullptr,
                "nccl: backend '{}' on {} has no CUDA stream (nccl needs the cuda backend)",
@@ -116,7 +131,7 @@ class NcclCommunicator final : public Communicator {
       RN50_NCCL_CHECK(ncclGetUniqueId(&id));
       std::memcpy(bytes.data(), &id, sizeof(id));
     }
-    mpi_->broadcast_host(bytes, 0);
+    broadcast_host(bytes, 0);
     RN50_CHECK(bytes.size() == sizeof(id), "nccl: the unique id broadcast has {} bytes, not {}",
                bytes.size(), sizeof(id));
     std::memcpy(&id, bytes.data(), sizeof(id));
@@ -125,6 +140,7 @@ class NcclCommunicator final : public Communicator {
 
   ~NcclCommunicator() override {
     // Errors are ignored: a destructor cannot report them, and the process is ending.
+    watchdog_.stop();
     cudaSetDevice(device_);
     // Replays of a recorded step run their NCCL kernels on the backend's stream (the graph is
     // launched there), not on comm_stream_: drain both before the communicator goes away. The
@@ -141,7 +157,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::string name() const override { return "nccl"; }
-  const ProcessInfo& process() const override { return mpi_->process(); }
+  const ProcessInfo& process() const override { return mpi_ ? mpi_->process() : info_; }
 
   std::unique_ptr<PendingReduce> allreduce_sum_async(Tensor& t) override {
     check_f32(t, "nccl");
@@ -162,25 +178,49 @@ class NcclCommunicator final : public Communicator {
     return pending;
   }
 
-  void allreduce_sum_host(std::vector<double>& v) override { mpi_->allreduce_sum_host(v); }
-  void broadcast_host(std::vector<uint8_t>& bytes, int root) override {
-    mpi_->broadcast_host(bytes, root);
+  // Host-side collectives go through MPI; without it (1 process) they are identities.
+  void allreduce_sum_host(std::vector<double>& v) override {
+    if (mpi_) mpi_->allreduce_sum_host(v);
   }
-  void barrier() override { mpi_->barrier(); }
-  void start_watchdog(double timeout_s) override { mpi_->start_watchdog(timeout_s); }
+  void broadcast_host(std::vector<uint8_t>& bytes, int root) override {
+    if (mpi_) return mpi_->broadcast_host(bytes, root);
+    RN50_CHECK(root == 0, "nccl broadcast: root {} is not a rank of a 1-process job", root);
+  }
+  void barrier() override {
+    if (mpi_) mpi_->barrier();
+  }
+  void start_watchdog(double timeout_s) override {
+    if (mpi_) return mpi_->start_watchdog(timeout_s);
+    watchdog_.start(timeout_s, [this](const std::string& why) { abort(why); });
+  }
   /// Also surfaces NCCL's asynchronous errors (a failed peer or network), as rn50::Error.
   void heartbeat() override {
-    mpi_->heartbeat();
+    if (mpi_)
+      mpi_->heartbeat();
+    else
+      watchdog_.heartbeat();
     ncclResult_t async = ncclSuccess;
     RN50_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
     RN50_CHECK(async == ncclSuccess || async == ncclInProgress,
                "nccl: asynchronous communicator error {} ({})", ncclGetErrorString(async),
                ncclGetLastError(comm_));
   }
-  [[noreturn]] void abort(const std::string& why) override { mpi_->abort(why); }
+  [[noreturn]] void abort(const std::string& why) override {
+#ifdef RN50_HAVE_MPI
+    if (mpi_) mpi_->abort(why);
+#endif
+    print_abort_message(info_.rank, why);
+    std::_Exit(1);
+  }
 
  private:
+  ProcessInfo info_;
+#ifdef RN50_HAVE_MPI
   std::unique_ptr<MpiCommunicator> mpi_;
+#else
+  std::unique_ptr<Communicator> mpi_;  ///< always null: no MPI in this build
+#endif
+  Watchdog watchdog_;  ///< used only without MPI
   Backend& backend_;
   int device_ = 0;
   cudaStream_t main_ = nullptr;
