@@ -7,8 +7,10 @@
 #          cuSPARSELt are (toolkit, system or Python packages), MPI, glibc, cores, disk
 #   build  -DRN50_CUDA=ON into build-gpu, for this GPU's architecture only (nvidia-smi's
 #          compute capability: 9.0 -> 90-real), Release
-#   test   the whole ctest suite with RN50_REQUIRE=gpu (a test that would skip for want of a GPU
-#          fails instead), the CUDA op harness alone, and compute-sanitizer memcheck on part of it
+#   test   the whole ctest suite with RN50_REQUIRE=gpu,torch (a test that would skip for want of
+#          a GPU, or of PyTorch when $PYTHON has it, fails instead; RN50_TEST_PYTHON points the
+#          tests at $PYTHON when /usr/bin/python3 has no torch), the CUDA op harness alone, and
+#          compute-sanitizer memcheck and racecheck on its conv and BatchNorm cases
 #   bench  rn50 vs torch_reference.py --bench train (channels_last) at batch 256, same run, same
 #          GPU: fp16 AMP, bf16 AMP, fp32 (TF32); images/s, ratio, GPU memory of each
 #   comm   the NCCL tests, then --dist-backend single vs nccl at world size 1 (the overhead)
@@ -104,6 +106,15 @@ for r in $nv_roots; do
   done
 done
 MPIRUN=$(command -v mpirun || true)
+# The tests run their PyTorch scripts with RN50_TEST_PYTHON (default /usr/bin/python3): point it
+# at the interpreter that has torch, and then require the torch tests (no silent skip).
+REQUIRE=gpu
+if "$PY" -c "import torch, torchvision" 2> /dev/null; then
+  /usr/bin/python3 -c "import torch, torchvision" 2> /dev/null ||
+    export RN50_TEST_PYTHON=$(command -v "$PY")
+  REQUIRE=gpu,torch
+fi
+export REQUIRE
 
 # ---- stages ----
 probe() {
@@ -128,6 +139,7 @@ probe() {
     echo "== oneDNN / turbojpeg: $(ls /usr/include/oneapi/dnnl/dnnl.hpp 2>&1) $(pkg-config --modversion libturbojpeg 2>&1)"
     echo "== compute-sanitizer: $(command -v compute-sanitizer || echo absent)"
     echo "== LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+    echo "== tests: RN50_REQUIRE=$REQUIRE RN50_TEST_PYTHON=${RN50_TEST_PYTHON:-/usr/bin/python3}"
   } 2>&1
 }
 
@@ -140,12 +152,12 @@ build() {
 }
 
 run_tests() {
-  cd build-gpu && RN50_REQUIRE=gpu ctest -j 8 --output-on-failure --timeout 600
+  cd build-gpu && RN50_REQUIRE=$REQUIRE ctest -j 8 --output-on-failure --timeout 600
 }
 
 sanitize() {
   command -v compute-sanitizer > /dev/null || { echo "compute-sanitizer: absent"; return 0; }
-  local f='*Cuda*Conv*:*Cuda*BatchNorm*:*cuda*Conv*:*cuda*BatchNorm*'
+  local f='*Conv2d*/cuda_*:*BatchNorm*/cuda_*'
   compute-sanitizer --tool memcheck --error-exitcode 3 ./build-gpu/test_ops_backends \
     --gtest_filter="$f"
   local a=$?

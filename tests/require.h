@@ -4,9 +4,9 @@
 // but when the environment variable RN50_REQUIRE lists `kind` (comma-separated, e.g.
 // RN50_REQUIRE=data,torch,mpi as .ci/run sets it), the test FAILS instead, so that a green CI
 // run always means the parity, data and multi-process tests really ran.
-// Kinds: data (../shared/data/imagenette, ../shared/peers), torch (/usr/bin/python3 with torch,
-// torchvision, PIL and numpy), mpi (mpirun found at configure time), onnx (/usr/bin/python3 with
-// onnx and cv2: Debian python3-onnx, python3-opencv), plot (/usr/bin/python3 with matplotlib:
+// Kinds: data (../shared/data/imagenette, ../shared/peers), torch (python() with torch,
+// torchvision, PIL and numpy), mpi (mpirun found at configure time), onnx (python() with
+// onnx and cv2: Debian python3-onnx, python3-opencv), plot (python() with matplotlib:
 // Debian python3-matplotlib), gpu (a usable CUDA device).
 #pragma once
 
@@ -17,6 +17,17 @@
 #include <string>
 
 namespace rn50::test {
+
+/// The interpreter the parity and helper scripts run with: $RN50_TEST_PYTHON when set, else
+/// /usr/bin/python3 (Debian's python3-torch, torchvision, PIL, numpy, onnx, opencv, matplotlib).
+/// A GPU image whose PyTorch lives in another interpreter sets it (scripts/gpu-check.sh does).
+inline const char* python() {
+  static const std::string p = [] {
+    const char* env = std::getenv("RN50_TEST_PYTHON");
+    return std::string(env && *env ? env : "/usr/bin/python3");
+  }();
+  return p.c_str();
+}
 
 /// Whether RN50_REQUIRE (comma-separated kinds) names `kind`.
 inline bool required(const std::string& kind) {

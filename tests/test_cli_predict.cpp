@@ -140,10 +140,12 @@ TEST(CliPredict, JsonMatchesRefBackendOnOwnWeights) {
 TEST(CliPredict, MatchesTorchvision) {
   auto images = val_images(4);
   RN50_REQUIRE_OR_SKIP("data", images.size() >= 4, "imagenette not found");
-  RN50_REQUIRE_OR_SKIP("torch", python_has("torch, torchvision, PIL"), "no torchvision in /usr/bin/python3");
+  RN50_REQUIRE_OR_SKIP(
+      "torch", python_has("torch, torchvision, PIL"),
+      "no torchvision in the test python (RN50_TEST_PYTHON, default /usr/bin/python3)");
   TempDir tmp("predict_tv");
   const std::string w = (tmp.path / "tv_resnet18.safetensors").string();
-  std::string cmd = "/usr/bin/python3 " +
+  std::string cmd = std::string(rn50::test::python()) + " " +
                     sh_quote(std::string(RN50_SOURCE_DIR) + "/tests/parity/predict_golden.py") +
                     " --arch resnet18 --seed 0 --weights " + sh_quote(w) +
                     " --sizes 224:224,256:224";

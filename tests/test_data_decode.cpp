@@ -19,7 +19,7 @@ using namespace rn50;
 
 namespace {
 
-const char* kPython = "/usr/bin/python3";
+const char* const kPython = rn50::test::python();
 const std::string kHelpers = std::string(RN50_SOURCE_DIR) + "/tests/data_helpers.py";
 
 bool have_pil() {
@@ -51,7 +51,8 @@ class DecodeTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
   void SetUp() override {
-    RN50_REQUIRE_OR_SKIP("torch", have_pil(), "needs /usr/bin/python3 with PIL and numpy");
+    RN50_REQUIRE_OR_SKIP("torch", have_pil(),
+                         "needs the test python (RN50_TEST_PYTHON) with PIL and numpy");
     ASSERT_TRUE(ok_) << "data_helpers.py fixtures failed";
   }
   static std::string path(const std::string& name) { return dir_ + "/" + name; }

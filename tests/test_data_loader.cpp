@@ -30,7 +30,7 @@ using namespace rn50;
 
 namespace {
 
-const char* kPython = "/usr/bin/python3";
+const char* const kPython = rn50::test::python();
 
 using testutil::run_epoch;
 using testutil::same_batches;
@@ -384,7 +384,7 @@ TEST(Imagenette, EvalPipelineMatchesTorchvision) {
   RN50_REQUIRE_OR_SKIP(
       "torch",
       std::system((std::string(kPython) + " -c 'import torchvision' >/dev/null 2>&1").c_str()) == 0,
-      "needs /usr/bin/python3 with torchvision");
+      "needs the test python (RN50_TEST_PYTHON) with torchvision");
   // Real files through the whole chain: decode + Resize(256) + CenterCrop(224) vs torchvision's
   // pil_loader + transforms. Exact equality expected.
   const ImageFolderIndex idx = ImageFolderIndex::scan(kImagenette + "/val");

@@ -24,7 +24,7 @@ using namespace rn50::data;
 
 namespace {
 
-const char* kPython = "/usr/bin/python3";
+const char* const kPython = rn50::test::python();
 const std::string kHelpers = std::string(RN50_SOURCE_DIR) + "/tests/data_helpers.py";
 
 bool have_module(const std::string& mods) {
@@ -92,7 +92,8 @@ struct ResizeCase {
 };
 
 TEST(Resize, BitExactWithPil) {
-  RN50_REQUIRE_OR_SKIP("torch", have_module("PIL, numpy"), "needs /usr/bin/python3 with PIL and numpy");
+  RN50_REQUIRE_OR_SKIP("torch", have_module("PIL, numpy"),
+                       "needs the test python (RN50_TEST_PYTHON) with PIL and numpy");
   const std::vector<ResizeCase> cases = {
       {97, 61, 40, 23, false, {}, false},      // downscale, non-integer factors
       {13, 9, 50, 31, false, {}, false},       // upscale
@@ -248,7 +249,7 @@ TEST(Geometry, RandomResizedCropFallsBackToAClampedCenterCrop) {
 
 TEST(Transforms, MatchTorchvisionPixelForPixel) {
   RN50_REQUIRE_OR_SKIP("torch", have_module("PIL, numpy, torchvision"),
-                       "needs /usr/bin/python3 with PIL, numpy and torchvision");
+                       "needs the test python (RN50_TEST_PYTHON) with PIL, numpy and torchvision");
   TempDir dir("transforms");
   std::ofstream spec(dir.path + "/spec.txt");
   struct Expect {

@@ -41,7 +41,8 @@ InferenceProgram calibrated(InferenceProgram p, const std::string& method,
 }
 
 TEST(InferInt8, QuantizationMatchesNumpyBitForBit) {
-  RN50_REQUIRE_OR_SKIP("torch", python_has("numpy"), "no numpy in /usr/bin/python3");
+  RN50_REQUIRE_OR_SKIP("torch", python_has("numpy"),
+                       "no numpy in the test python (RN50_TEST_PYTHON, default /usr/bin/python3)");
   TempDir tmp("int8_quant");
   // A weight (8 channels x 27) with random values, exact ties (k + 0.5 codes) and values past
   // the range; an activation with both signs.
@@ -99,8 +100,8 @@ print('ok', int((q(w, ws[:, None], -128, 127)[:, 20:24] % 2).sum()))
     f << py;
   }
   std::string out;
-  ASSERT_EQ(run_command("/usr/bin/python3 " + sh_quote((tmp.path / "ref.py").string()) + " " +
-                            sh_quote(tmp.str()),
+  ASSERT_EQ(run_command(std::string(rn50::test::python()) + " " +
+                            sh_quote((tmp.path / "ref.py").string()) + " " + sh_quote(tmp.str()),
                         &out),
             0)
       << out;

@@ -49,7 +49,8 @@ TEST(InferOnnx, OpenCvDnnGivesTheEnginesLogitsOnRealImages) {
   RN50_REQUIRE_OR_SKIP("data", rn50_test::fs::is_directory(rn50_test::imagenette_root() / "train"),
                        "imagenette not found");
   RN50_REQUIRE_OR_SKIP("onnx", python_has("onnx, cv2, numpy"),
-                       "no python3-onnx / python3-opencv in /usr/bin/python3");
+                       "no python3-onnx / python3-opencv in the test python (RN50_TEST_PYTHON, "
+                       "default /usr/bin/python3)");
   TempDir tmp("infer_onnx");
   const int crop = 96, n = 6;
   const InferenceModel m = random_model(crop);
@@ -65,7 +66,7 @@ TEST(InferOnnx, OpenCvDnnGivesTheEnginesLogitsOnRealImages) {
   }
   std::string log;
   ASSERT_EQ(
-      run_command("/usr/bin/python3 " +
+      run_command(std::string(rn50::test::python()) + " " +
                       sh_quote(std::string(RN50_SOURCE_DIR) + "/tests/onnx/run_onnx.py") + " " +
                       sh_quote(onnx_path) + " " + sh_quote(in) + " " + std::to_string(n) + " " +
                       std::to_string(crop) + " " + std::to_string(crop) + " " + sh_quote(out),

@@ -406,7 +406,8 @@ TEST(InferQat, EngineQuantizesOnTheTrainingGrid) {
 TEST(InferQat, QdqOnnxPassesCheckerAndGivesTheInt8EnginesLogits) {
   if (!onnx_export_available()) GTEST_SKIP() << "built without ONNX";
   RN50_REQUIRE_OR_SKIP("onnx", python_has("onnx, numpy"),
-                       "no python3-onnx / python3-numpy in /usr/bin/python3");
+                       "no python3-onnx / python3-numpy in the test python (RN50_TEST_PYTHON, "
+                       "default /usr/bin/python3)");
   TempDir tmp("qat_onnx");
   const int hw = 48, n = 2;
   const Tensor x = random_images(n, hw, 82);
@@ -429,9 +430,9 @@ TEST(InferQat, QdqOnnxPassesCheckerAndGivesTheInt8EnginesLogits) {
   }
   const std::string script = std::string(RN50_SOURCE_DIR) + "/tests/onnx/run_qdq.py";
   auto run_qdq = [&](const std::string& model, std::string* log) {
-    return run_command("/usr/bin/python3 " + sh_quote(script) + " " + sh_quote(model) + " " +
-                           sh_quote(in) + " " + std::to_string(n) + " " + std::to_string(hw) + " " +
-                           std::to_string(hw) + " " + sh_quote(out),
+    return run_command(std::string(rn50::test::python()) + " " + sh_quote(script) + " " +
+                           sh_quote(model) + " " + sh_quote(in) + " " + std::to_string(n) + " " +
+                           std::to_string(hw) + " " + std::to_string(hw) + " " + sh_quote(out),
                        log);
   };
   std::string log;
@@ -470,8 +471,8 @@ TEST(InferQat, QdqOnnxPassesCheckerAndGivesTheInt8EnginesLogits) {
       std::ofstream f(xin, std::ios::binary);
       f.write(static_cast<const char*>(xs.data()), static_cast<std::streamsize>(xs.nbytes()));
     }
-    ASSERT_EQ(run_command("/usr/bin/python3 " + sh_quote(script) + " " + sh_quote(sp) + " " +
-                              sh_quote(xin) + " 64 4 4 " + sh_quote(yout),
+    ASSERT_EQ(run_command(std::string(rn50::test::python()) + " " + sh_quote(script) + " " +
+                              sh_quote(sp) + " " + sh_quote(xin) + " 64 4 4 " + sh_quote(yout),
                           &log),
               0)
         << log;

@@ -58,7 +58,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kPython = "/usr/bin/python3";
+const char* const kPython = rn50::test::python();
 const std::string kScript = std::string(RN50_SOURCE_DIR) + "/tests/parity/torch_golden.py";
 
 struct Tolerances {

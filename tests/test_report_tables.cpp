@@ -255,10 +255,12 @@ std::pair<uint32_t, uint32_t> png_size(const fs::path& p) {
 }
 
 TEST(ReportPlots, WritesPngAndSvg) {
-  const bool have = std::system("/usr/bin/python3 -c 'import matplotlib' 2>/dev/null") == 0;
+  const bool have =
+      std::system(
+          (std::string(rn50::test::python()) + " -c 'import matplotlib' 2>/dev/null").c_str()) == 0;
   RN50_REQUIRE_OR_SKIP("plot", have,
-                       "/usr/bin/python3 cannot import matplotlib "
-                       "(apt-get install python3-matplotlib)");
+                       rn50::test::python() << " cannot import matplotlib "
+                                               "(apt-get install python3-matplotlib)");
   ReportInputs in;
   in.throughput = {pt("fp32", 16, 1, {9.5, 9.7}), pt("fp32", 16, 2, {17.0, 16.0})};
   TrainingCurve c;
@@ -276,7 +278,7 @@ TEST(ReportPlots, WritesPngAndSvg) {
   in.latency = {l, l2};
   const fs::path dir = fs::path(RN50_BINARY_DIR) / "report_test_plots";
   fs::remove_all(dir);
-  const auto files = write_report_plots(build_report(in, false), dir.string(), "/usr/bin/python3",
+  const auto files = write_report_plots(build_report(in, false), dir.string(), rn50::test::python(),
                                         RN50_SOURCE_DIR "/tools/plot_report.py");
   EXPECT_EQ(files.size(), 6u);
   for (const char* stem : {"throughput_vs_devices", "training_curve", "latency"}) {
@@ -292,7 +294,7 @@ TEST(ReportPlots, WritesPngAndSvg) {
     EXPECT_NE(head.find("<svg"), std::string::npos);
   }
   // A missing script is a clear error.
-  EXPECT_THROW(write_report_plots(build_report(in, false), dir.string(), "/usr/bin/python3",
+  EXPECT_THROW(write_report_plots(build_report(in, false), dir.string(), rn50::test::python(),
                                   "/nonexistent/plot_report.py"),
                Error);
 }

@@ -155,12 +155,14 @@ TEST(FakeQuant, BackendsBitEqualToReference) {
 }
 
 bool torch_available() {
-  return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+  return std::system(
+             (std::string(rn50::test::python()) + " -c 'import torch' >/dev/null 2>&1").c_str()) ==
+         0;
 }
 
 TEST(FakeQuant, BitEqualToTorch) {
   RN50_REQUIRE_OR_SKIP("torch", torch_available(),
-                       "/usr/bin/python3 cannot import torch (Debian python3-torch)");
+                       rn50::test::python() << " cannot import torch (Debian python3-torch)");
   TempDir tmp("fq");
   const float amax = 3.7f;
   const int64_t n = 4096, k = 16, per = 64;
@@ -182,7 +184,7 @@ TEST(FakeQuant, BitEqualToTorch) {
       xf.string(), wf.string(), k, per, amax, k, of.string());
   const fs::path script = tmp.path / "fq.py";
   std::ofstream(script) << py;
-  ASSERT_EQ(std::system(("/usr/bin/python3 " + script.string()).c_str()), 0);
+  ASSERT_EQ(std::system((std::string(rn50::test::python()) + " " + script.string()).c_str()), 0);
   std::vector<float> torch_out(static_cast<size_t>(n + k * per));
   std::ifstream(of, std::ios::binary)
       .read(reinterpret_cast<char*>(torch_out.data()),

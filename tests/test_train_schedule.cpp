@@ -61,7 +61,8 @@ TEST(TrainSchedule, MatchesTorchReferenceExactly) {
   const std::string peer = std::string(RN50_SOURCE_DIR) + "/../shared/peers";
   RN50_REQUIRE_OR_SKIP("data", rn50_test::fs::exists(peer + "/torch_reference.py"),
                        "no " << peer << "/torch_reference.py (../shared beside the repo)");
-  RN50_REQUIRE_OR_SKIP("torch", rn50_test::python_has("torch"), "/usr/bin/python3 has no torch");
+  RN50_REQUIRE_OR_SKIP("torch", rn50_test::python_has("torch"),
+                       rn50::test::python() << " has no torch");
   struct Case {
     double lr, warmup;
     int bs, epochs;
@@ -87,7 +88,9 @@ TEST(TrainSchedule, MatchesTorchReferenceExactly) {
     all_steps.push_back(steps);
   }
   std::string out;
-  ASSERT_EQ(rn50_test::run_command("/usr/bin/python3 -c " + rn50_test::sh_quote(py.str()), &out), 0)
+  ASSERT_EQ(rn50_test::run_command(
+                std::string(rn50::test::python()) + " -c " + rn50_test::sh_quote(py.str()), &out),
+            0)
       << out;
   std::istringstream in(out);
   for (size_t ci = 0; ci < std::size(cases); ++ci) {

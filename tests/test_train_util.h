@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "require.h"
+
 namespace rn50_test {
 
 namespace fs = std::filesystem;
@@ -109,7 +111,7 @@ inline std::vector<nlohmann::json> of_type(const std::vector<nlohmann::json>& v,
 
 /// True when /usr/bin/python3 can import every module in `modules` (space-separated).
 inline bool python_has(const std::string& modules) {
-  std::string cmd = "/usr/bin/python3 -c " + sh_quote("import " + modules);
+  std::string cmd = std::string(rn50::test::python()) + " -c " + sh_quote("import " + modules);
   return run_command(cmd + " >/dev/null") == 0;
 }
 
