@@ -18,12 +18,19 @@
 #          TRAIN_S seconds: loss, top-1 per epoch, images/s, data time per step
 #   infer  the GPU inference engine vs torch on the GPU (bench/infer_vs_peers.sh DEVICE=cuda,
 #          batch 1, 64, 256; latency percentiles)
+# The device calls (prepare first: bash scripts/gpu-deps.sh; the tool's idle release is short, so
+# issue the calls back to back, each carrying ["deps"] and starting with `build`, a no-op when
+# the machine is still warm, a full build when it is a fresh one):
+#   1. bash scripts/gpu-check.sh /tmp/g probe,build,test
+#   2. bash scripts/gpu-check.sh /tmp/g build,bench,comm
+#   3. bash scripts/gpu-check.sh /tmp/g build,train,infer
+# then unpack each $OUT/logs-*.tgz into bench/results/gpu/ and commit the text logs.
 # Every step logs to LOGDIR/<step>.log and one line to LOGDIR/summary.txt. With OUT set (the
 # device tool's folder), the summary is also appended to $OUT/summary.txt as it goes, and at exit
 # LOGDIR is packed into $OUT/logs-<stages>.tgz (the tool brings back at most 8 files).
 # Time: DEADLINE_S (default 560) bounds the whole call: each step's timeout is cut to what is
 # left, and a step with less than 20 s left is skipped (and says so). Per-step limits: BUILD_S
-# (480), TEST_S (420), TRAIN_S (300). Other knobs: REPEATS (2), BENCH_STEPS (100), BENCH_WARMUP
+# (480), TEST_S (420), TRAIN_S (270). Other knobs: REPEATS (2), BENCH_STEPS (100), BENCH_WARMUP
 # (20), PEER (deps/peers/torch_reference.py), PYTHON (python3).
 # Dependencies the image lacks come from deps/debs (scripts/gpu-deps.sh, run beforehand on a
 # machine with apt): unpacked once with dpkg -x into build-gpu-deps/ (never into /), their
@@ -40,7 +47,15 @@ ROOT=$(pwd)
 summary="$LOG/summary.txt"
 START=$(date +%s)
 DEADLINE_S=${DEADLINE_S:-560}
-PY=${PYTHON:-python3}
+# The interpreter that has PyTorch (the peer, the parity tests, and the nvidia-* packages whose
+# cuDNN/NCCL/cuBLAS the build may use): $PYTHON, else the first of these that imports torch.
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  for p in python3 /usr/bin/python3 /opt/conda/bin/python3 /usr/local/bin/python3; do
+    command -v "$p" > /dev/null && "$p" -c "import torch" 2> /dev/null && { PY=$p; break; }
+  done
+fi
+PY=${PY:-python3}
 PEER=${PEER:-deps/peers/torch_reference.py}
 REPEATS=${REPEATS:-2}
 STEPS=${BENCH_STEPS:-100}
@@ -96,7 +111,8 @@ if ! pkg-config --exists libturbojpeg 2> /dev/null || [ ! -e /usr/include/oneapi
     export PKG_CONFIG_PATH=$D/usr/lib/x86_64-linux-gnu/pkgconfig:$D/usr/share/pkgconfig
     export LD_LIBRARY_PATH=$D/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export LIBRARY_PATH=$D/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
-    export CPATH=$D/usr/include${CPATH:+:$CPATH}
+    # (the multiarch folder is on the compiler's own path only under /usr: jconfig.h lives there)
+    export CPATH=$D/usr/include:$D/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}
   fi
 fi
 nv_roots=$("$PY" -c "import nvidia; print(' '.join(sorted(set(nvidia.__path__))))" 2> /dev/null)
@@ -106,6 +122,10 @@ for r in $nv_roots; do
   done
 done
 MPIRUN=$(command -v mpirun || true)
+# compute-sanitizer ships in the toolkit but is not always on PATH.
+SANITIZER=$(command -v compute-sanitizer ||
+  ls /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer \
+    2> /dev/null | head -1 || true)
 # The tests run their PyTorch scripts with RN50_TEST_PYTHON (default /usr/bin/python3): point it
 # at the interpreter that has torch, and then require the torch tests (no silent skip).
 REQUIRE=gpu
@@ -136,8 +156,8 @@ probe() {
     ldconfig -p | grep -E 'libcudnn\.|libnccl\.|libcublasLt\.|libcusparseLt\.' || echo "ldconfig: none"
     ls /usr/local/cuda/lib64/ 2> /dev/null | grep -E 'cudnn|nccl|cublasLt|cusparseLt' || echo "toolkit: none of them"
     echo "== mpi: ${MPIRUN:-absent}"; [ -n "$MPIRUN" ] && "$MPIRUN" --version | head -1
-    echo "== oneDNN / turbojpeg: $(ls /usr/include/oneapi/dnnl/dnnl.hpp 2>&1) $(pkg-config --modversion libturbojpeg 2>&1)"
-    echo "== compute-sanitizer: $(command -v compute-sanitizer || echo absent)"
+    echo "== oneDNN / turbojpeg: $(ls /usr/include/oneapi/dnnl/dnnl.hpp ${D:+$D/usr/include/oneapi/dnnl/dnnl.hpp} 2> /dev/null | head -1) turbojpeg $(pkg-config --modversion libturbojpeg 2>&1)"
+    echo "== compute-sanitizer: ${SANITIZER:-absent}"
     echo "== LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
     echo "== tests: RN50_REQUIRE=$REQUIRE RN50_TEST_PYTHON=${RN50_TEST_PYTHON:-/usr/bin/python3}"
   } 2>&1
@@ -148,7 +168,8 @@ ARCHS=${RN50_CUDA_ARCHS:-${cap:-90}-real}
 
 build() {
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DRN50_CUDA=ON -DRN50_NATIVE=OFF \
-    "-DRN50_CUDA_ARCHS=$ARCHS" && cmake --build build-gpu -j "$(nproc)"
+    "-DRN50_CUDA_ARCHS=$ARCHS" "-DRN50_NVIDIA_PYTHON_ROOTS=${nv_roots// /;}" &&
+    cmake --build build-gpu -j "$(nproc)"
 }
 
 run_tests() {
@@ -156,12 +177,12 @@ run_tests() {
 }
 
 sanitize() {
-  command -v compute-sanitizer > /dev/null || { echo "compute-sanitizer: absent"; return 0; }
+  [ -n "$SANITIZER" ] || { echo "compute-sanitizer: absent"; return 0; }
   local f='*Conv2d*/cuda_*:*BatchNorm*/cuda_*'
-  compute-sanitizer --tool memcheck --error-exitcode 3 ./build-gpu/test_ops_backends \
+  "$SANITIZER" --tool memcheck --error-exitcode 3 ./build-gpu/test_ops_backends \
     --gtest_filter="$f"
   local a=$?
-  compute-sanitizer --tool racecheck --error-exitcode 3 ./build-gpu/test_ops_backends \
+  "$SANITIZER" --tool racecheck --error-exitcode 3 ./build-gpu/test_ops_backends \
     --gtest_filter="$f"
   local b=$?
   echo "memcheck rc=$a racecheck rc=$b"
@@ -222,7 +243,7 @@ EOF
 train_jpeg() {
   [ -d deps/data/imagenette-mini/train ] || { say "train: no deps/data/imagenette-mini"; return 1; }
   rm -rf build-gpu/ckpt
-  step train_jpeg "${TRAIN_S:-300}" ./build-gpu/rn50 train --image-root deps/data/imagenette-mini \
+  step train_jpeg "${TRAIN_S:-270}" ./build-gpu/rn50 train --image-root deps/data/imagenette-mini \
     --device cuda --amp --epochs "${TRAIN_EPOCHS:-40}" --warmup-epochs 2 --batch-size 256 \
     --crop-size 224 --checkpoint-dir build-gpu/ckpt --report-file "$LOG/train_jpeg.jsonl"
   local rc=$?
@@ -230,7 +251,7 @@ train_jpeg() {
   [ -n "${OUT:-}" ] && grep 'done:' "$LOG/train_jpeg.log" | sed 's/^/  /' >> "$OUT/summary.txt"
   local why="" n
   n=$(grep -c 'done:' "$LOG/train_jpeg.log")
-  [ $rc = 124 ] && why=" (cut at TRAIN_S=${TRAIN_S:-300}s, as planned)"
+  [ $rc = 124 ] && why=" (cut at TRAIN_S=${TRAIN_S:-270}s, as planned)"
   [ $rc != 0 ] && [ $rc != 124 ] && why=": $(grep -iE 'error|what\(\)' "$LOG/train_jpeg.log" | tail -1)"
   say "train: rc $rc$why, $n epochs"
   grep -q 'done:' "$LOG/train_jpeg.log"
@@ -239,7 +260,7 @@ train_jpeg() {
 infer() {
   [ -f "$PEER" ] || { say "infer: no peer at $PEER"; return 1; }
   DEVICE=cuda BUILD_DIR=build-gpu PEER="$PEER" REPEATS=1 PYTHON=$PY DATA=deps/data/imagenette-mini \
-    step infer 240 bench/infer_vs_peers.sh 1,64,256 224 "$STEPS" "$WARM"
+    step infer 200 bench/infer_vs_peers.sh 1,64,256 224 "$STEPS" "$WARM"
   local rc=$?
   grep -E 'rn50|torch|ratio' "$LOG/infer.log" | sed 's/^/  /' | tee -a "$summary"
   [ -n "${OUT:-}" ] && grep -E 'rn50|torch|ratio' "$LOG/infer.log" | sed 's/^/  /' >> "$OUT/summary.txt"
@@ -247,11 +268,11 @@ infer() {
 }
 
 export -f build run_tests sanitize
-export ARCHS
+export ARCHS SANITIZER nv_roots
 say "gpu-check $(git rev-parse --short HEAD 2> /dev/null) stages $STAGES on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2> /dev/null || echo 'no GPU')"
 for s in ${STAGES//,/ }; do
   case $s in
-    probe) (probe) > "$LOG/probe.log" 2>&1; say "probe: $(grep -A1 '== python' "$LOG/probe.log" | tail -1)" ;;
+    probe) (probe) > "$LOG/probe.log" 2>&1; say "probe: $(sed -n '/^== python/,/^== nvidia/p' "$LOG/probe.log" | grep -v '^==' | tail -1)" ;;
     build)
       if step build "${BUILD_S:-480}" build; then
         say "build: ok ($ARCHS, $(grep -E 'rn50: (CUDA|MPI)' "$LOG/build.log" | tr '\n' ' '))"
