@@ -5,7 +5,8 @@
 //    copy bit for bit, so logits, loss and every gradient are equal); after the update the f16
 //    weights differ from AMP's f32 master weights by at most half an f16 ulp of the start value
 //    (its rounding) plus half an ulp of the result, 95% of them by at most one ulp, and the f32
-//    BatchNorm parameters are equal. A few more steps keep the losses within 1% of AMP's.
+//    BatchNorm parameters are equal. Three more steps on the same batch keep the losses within 1%
+//    of AMP's while both fit it.
 //  * Overflow: a 2^40 loss scale makes the step skip (f16 weights and both momenta unchanged),
 //    the scale back off x0.5 and the skip count; a sane scale then trains.
 //  * Checkpoints: state_dict() gives torchvision's keys and f32 values equal to the f16 weights;
@@ -133,13 +134,17 @@ void check_first_steps_match_amp(Backend& be) {
   const std::vector<double> now = host_values(be, pure.model->compute_param_slab());
   for (size_t i = 0; i < now.size(); ++i) moved += now[i] != fresh[i];
   EXPECT_GT(moved, n_half / 2) << "most f16 weights change in one step at lr 0.02";
-  // A few more steps: the losses stay within 1% of AMP's.
+  // A few more steps on the same batch at a lower lr: both fit it (the loss falls by a third or
+  // more) and pure fp16's losses stay within 1% of AMP's. (Fresh random batches with random labels
+  // made this comparison chaotic: a last-bit difference in AMP's f32 update, e.g. an FMA with
+  // -march=native and none without, moved AMP's third loss by 5%.)
   for (int s = 1; s < 4; ++s) {
-    const Batch b = random_batch(4, 32, 10, 11 + s);
-    amp.train(be, b, 0.02);
-    pure.train(be, b, 0.02);
+    amp.train(be, b0, 0.005);
+    pure.train(be, b0, 0.005);
     EXPECT_NEAR(pure.losses[s], amp.losses[s], 0.01 * amp.losses[s]) << "step " << s;
   }
+  EXPECT_LT(amp.losses[3], 0.67 * amp.losses[0]) << "AMP fits the batch";
+  EXPECT_LT(pure.losses[3], 0.67 * pure.losses[0]) << "pure fp16 fits the batch";
   std::printf("losses amp / pure fp16:");
   for (size_t s = 0; s < amp.losses.size(); ++s)
     std::printf(" %.6f/%.6f", amp.losses[s], pure.losses[s]);
