@@ -31,11 +31,13 @@
 # Time: DEADLINE_S (default 560) bounds the whole call: each step's timeout is cut to what is
 # left, and a step with less than 20 s left is skipped (and says so). Per-step limits: BUILD_S
 # (480), TEST_S (420), TRAIN_S (270). Other knobs: REPEATS (2), BENCH_STEPS (100), BENCH_WARMUP
-# (20), PEER (deps/peers/torch_reference.py), PYTHON (python3).
+# (20), PEER (deps/peers/torch_reference.py), PYTHON (default: the first of python3,
+# /usr/bin/python3, /opt/conda/bin/python3, /usr/local/bin/python3 that imports torch).
 # Dependencies the image lacks come from deps/debs (scripts/gpu-deps.sh, run beforehand on a
 # machine with apt): unpacked once with dpkg -x into build-gpu-deps/ (never into /), their
 # pkg-config files pointed there. NVIDIA libraries that live only in Python packages
-# (site-packages/nvidia/*/lib) go on LD_LIBRARY_PATH; CMakeLists.txt finds them by itself.
+# (site-packages/nvidia/*/lib) go on LD_LIBRARY_PATH, and their nvidia/ folders (as $PYTHON sees
+# them) to CMake as RN50_NVIDIA_PYTHON_ROOTS.
 # Exit status: non-zero if a stage failed (build, tests, a benchmark that produced no figure).
 set -uo pipefail
 cd "$(dirname "$0")/.."
