@@ -14,6 +14,10 @@ reproduce:
   grad.<param>      d loss / d param after one backward
   after.<buffer>    running_mean / running_var / num_batches_tracked after the train forward
   eval_logits       eval-mode logits with the initial running statistics (fresh copy)
+  tie_slack.conv1.weight
+                    F32, conv1.weight's shape: how far its gradient may move when the stem max
+                    pool routes a window's gradient to another of its tied maxima (see
+                    maxpool_tie_slack; zero without ties); metadata pool_ties counts those windows
   sgd_losses        (steps+1) losses of a fresh copy trained with the DLE SGD recipe on the same
                     batch: torch.optim.SGD(momentum 0.875, dampening 0, nesterov False), weight
                     decay 1/32768 on conv and fc weights only (two param groups), constant lr,
@@ -243,6 +247,72 @@ def relu_margin(m, x):
     return min(margins)
 
 
+class StemProbe:
+    """Records, in one train-mode forward and backward of m, what maxpool_tie_slack needs: the
+    stem conv's input (quantized as the conv sees it, under --qat), its output (the stem BN's
+    input), the max pool's input and the gradient reaching the max pool's output."""
+
+    def __init__(self, m):
+        self.m, self.seen = m, {}
+        self.hooks = [m.maxpool.register_forward_hook(self._pool), m.bn1.register_forward_pre_hook(
+            lambda _mod, inp: self.seen.__setitem__("conv_out", inp[0].detach()))]
+
+    def _pool(self, _mod, inp, out):
+        self.seen["pool_in"] = inp[0].detach()
+        out.register_hook(lambda g: self.seen.__setitem__("pool_grad", g.detach()))
+
+    def remove(self):
+        for h in self.hooks:
+            h.remove()
+
+
+def maxpool_tie_slack(m, probe, x_conv, rel_tol=1e-10):
+    """Per element of conv1.weight, the most its gradient can change when the stem max pool
+    (3x3, stride 2, padding 1) sends a window's gradient to another of its tied maxima.
+
+    Under --qat the stem conv multiplies 8-bit grids (input codes x per-channel weight codes), so
+    its outputs are integer multiples of one step per channel, and two positions of a pool
+    window often hold the same value in exact arithmetic. Float64 rounding then breaks the tie
+    by ~1e-16, in an order that depends on the summation order: torch and rn50 may route that
+    window's gradient to different positions, both valid subgradients of a function that is not
+    differentiable there. The forward, the BatchNorm gradients and the gradients of every later
+    layer are unchanged (the tied values, their normalised values and all sums are equal); only
+    the stem conv's weight gradient moves, by gamma_c / sqrt(var_c + eps) * g * (patch(p') -
+    patch(p)) for a window of channel c with gradient g and tied positions p, p'. The slack is the
+    sum over tied windows of the largest such change (elementwise absolute value).
+
+    A window is tied when its two largest values differ by < rel_tol of the channel's max |x| and
+    the largest is > 0 (a window of ReLU zeros sends nothing back through the ReLU). Returns
+    (slack with conv1.weight's shape, number of tied windows)."""
+    a, g, y = probe.seen["pool_in"], probe.seen["pool_grad"], probe.seen["conv_out"]
+    w = m.conv1.weight
+    slack = torch.zeros_like(w, dtype=torch.float64)
+    n_, c_, h_, w_ = a.shape
+    pad = F.pad(a, (1, 1, 1, 1), value=float("-inf"))
+    win = pad.unfold(2, 3, 2).unfold(3, 3, 2)  # (N, C, OH, OW, 3, 3)
+    top = win.reshape(*win.shape[:4], 9).topk(2, dim=-1).values
+    scale = a.abs().amax(dim=(0, 2, 3)).view(1, c_, 1, 1)
+    tied = (top[..., 0] > 0) & (top[..., 0] - top[..., 1] < rel_tol * scale)
+    var = y.var(dim=(0, 2, 3), unbiased=False)
+    k_c = (m.bn1.weight.detach().double() / torch.sqrt(var.double() + m.bn1.eps))
+    windows = tied.nonzero().tolist()
+    for n, c, oh, ow in windows:
+        vals = win[n, c, oh, ow].reshape(9)
+        lim = float(vals.max()) - rel_tol * float(scale.flatten()[c])
+        pos = [(oh * 2 - 1 + i // 3, ow * 2 - 1 + i % 3) for i in range(9) if float(vals[i]) >= lim]
+        best = torch.zeros_like(slack[c])
+        for i, p in enumerate(pos):
+            for q in pos[i + 1:]:
+                d = torch.zeros(1, c_, y.shape[2], y.shape[3], dtype=torch.float64)
+                d[0, c, p[0], p[1]] = 1.0
+                d[0, c, q[0], q[1]] = -1.0
+                dw = torch.nn.grad.conv2d_weight(x_conv[n:n + 1].double(), w.shape, d,
+                                                 stride=m.conv1.stride, padding=m.conv1.padding)
+                best = torch.maximum(best, dw[c].abs())
+        slack[c] += abs(float(k_c[c]) * float(g[n, c, oh, ow])) * best
+    return slack, len(windows)
+
+
 def pick_input(m, args, gen):
     """Draws --margin-tries input batches and keeps the one whose smallest ReLU margin is largest
     (fewer ReLUs that a float32 computation can flip). One draw when --margin-tries is 0."""
@@ -283,10 +353,17 @@ def golden(args):
 
     # Train-mode forward + backward.
     mt = fresh().train()
+    probe = StemProbe(mt)
     logits = mt(x.to(cdt))
     loss = F.cross_entropy(logits, labels, label_smoothing=args.smoothing)
     loss.backward()
+    probe.remove()
     out += [("logits", np_of(logits)), ("loss", np_of(loss).reshape(1))]
+    x_conv = x.to(cdt)
+    if args.qat:  # the stem conv's input as it saw it (its quantizer's range after the update)
+        x_conv = fake_quant(x_conv, float(quantizers["conv1._input_quantizer"].amax)).detach()
+    slack, ties = maxpool_tie_slack(mt, probe, x_conv)
+    out.append(("tie_slack.conv1.weight", np_of(slack).astype(np.float32)))
     # Gradients are stored as F32 (their rounding, ~6e-8 relative, is far below any tolerance).
     out += [("grad." + k, np_of(p.grad).astype(np.float32)) for k, p in mt.named_parameters()]
     out += [("after." + k, np_of(v)) for k, v in mt.named_buffers()]
@@ -325,6 +402,7 @@ def golden(args):
 
     meta = {k: v for k, v in vars(args).items() if k != "out"}
     meta["relu_margin"] = margin
+    meta["pool_ties"] = ties
     write_safetensors(args.out, out, meta)
 
 
