@@ -217,15 +217,23 @@ struct GradError {
   double rel_l2 = 0;   ///< ||a-b|| / ||b||
 };
 
-/// Relative errors of gradient a against the golden b. slack (empty, or one value per element):
-/// the part of |a - b| a valid gradient may show anyway (torch_golden.py's tie_slack: the stem
-/// max pool's tied maxima), taken off each element's difference first.
-GradError grad_error(const std::vector<double>& a, const std::vector<double>& b,
-                     const std::vector<double>& slack = {}) {
+/// Elementwise differences of gradient a from the golden b. slack (empty, or one value per
+/// element): the part of |a - b| a valid gradient may show anyway (torch_golden.py's tie_slack:
+/// the stem max pool's tied maxima), taken off each |a - b|.
+std::vector<double> grad_diff(const std::vector<double>& a, const std::vector<double>& b,
+                              const std::vector<double>& slack) {
+  std::vector<double> d(a.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    d[i] =
+        slack.empty() ? a[i] - b[i] : std::max(0.0, std::abs(a[i] - b[i]) - slack[i] * (1 + 1e-6));
+  return d;
+}
+
+/// Relative errors of the differences diff (grad_diff) against the golden b.
+GradError grad_error(const std::vector<double>& diff, const std::vector<double>& b) {
   double dmax = 0, bmax = 0, d2 = 0, b2 = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    double d = a[i] - b[i];
-    if (!slack.empty()) d = std::max(0.0, std::abs(d) - slack[i] * (1 + 1e-6));
+  for (size_t i = 0; i < diff.size(); ++i) {
+    const double d = diff[i];
     dmax = std::max(dmax, std::abs(d));
     bmax = std::max(bmax, std::abs(b[i]));
     d2 += d * d;
@@ -324,12 +332,9 @@ TEST_P(ModelParity, MatchesTorchvision) {
     const auto ts = g.tensors.find("tie_slack." + p.name);
     const std::vector<double> slack =
         ts == g.tensors.end() ? std::vector<double>() : values(*be, ts->second);
-    GradError e = grad_error(a, b, slack);
-    for (size_t i = 0; i < a.size(); ++i) {
-      const double d = slack.empty() ? a[i] - b[i]
-                                     : std::max(0.0, std::abs(a[i] - b[i]) - slack[i] * (1 + 1e-6));
-      d2 += d * d, b2 += b[i] * b[i];
-    }
+    const std::vector<double> diff = grad_diff(a, b, slack);
+    GradError e = grad_error(diff, b);
+    for (size_t i = 0; i < a.size(); ++i) d2 += diff[i] * diff[i], b2 += b[i] * b[i];
     if (!(e.rel_max <= worst.rel_max)) worst.rel_max = e.rel_max, worst_max_name = p.name;
     if (!(e.rel_l2 <= worst.rel_l2)) worst.rel_l2 = e.rel_l2, worst_l2_name = p.name;
     EXPECT_LE(e.rel_l2, T.grad_l2) << "gradient of " << p.name << ": ||a-b||/||ref|| "

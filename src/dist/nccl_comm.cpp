@@ -206,9 +206,7 @@ class NcclCommunicator final : public Communicator {
                ncclGetLastError(comm_));
   }
   [[noreturn]] void abort(const std::string& why) override {
-#ifdef RN50_HAVE_MPI
     if (mpi_) mpi_->abort(why);
-#endif
     print_abort_message(info_.rank, why);
     std::_Exit(1);
   }
