@@ -36,7 +36,7 @@ for m in max percentile; do
 done
 run() {  # model precision name [decode flag]
   "$RN50" bench infer --model "$out/$1" --precision "$2" --crop-size "$CROP" --batch-sizes 64 \
-    --benchmark-steps 1 --benchmark-warmup-steps 0 --data "$ROOT" ${4:-} \
+    --benchmark-steps 1 --benchmark-warmup-steps 0 --image-root "$ROOT" ${4:-} \
     --predictions-file "$out/pred-$3.tsv" | grep '^accuracy' | sed 's/.*top1 \([0-9.]*\)%.*/\1/'
 }
 fp32=$(run fp32 fp32 fp32 $DEC); bf16=$(run fp32 bf16 bf16 $DEC)

@@ -34,7 +34,7 @@ done
   --output "$OUT/qat-int8" --crop-size 128 --resize-short 146 --precision int8 --format rn50
 top1() {  # model precision name
   "$RN50" bench infer --model "$OUT/$1" --precision "$2" --crop-size 128 --batch-sizes 64 \
-    --benchmark-steps 1 --benchmark-warmup-steps 0 --data "$ROOT" \
+    --benchmark-steps 1 --benchmark-warmup-steps 0 --image-root "$ROOT" \
     --predictions-file "$OUT/pred-$3.tsv" | grep '^accuracy' | sed 's/.*top1 \([0-9.]*\)%.*/\1/'
 }
 fp32=$(top1 float/inference fp32 fp32); ptq=$(top1 ptq int8 ptq); qat=$(top1 qat-int8 int8 qat)

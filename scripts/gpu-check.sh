@@ -210,7 +210,7 @@ bench() {
 }
 
 comm() {
-  RN50_REQUIRE=gpu step nccl_tests 120 ./build-gpu/test_dist_mpi --gtest_filter='DistNccl*'
+  RN50_REQUIRE=gpu step nccl_tests 120 ./build-gpu/test_parallel_mpi --gtest_filter='DistNccl*'
   say "nccl tests: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOG/nccl_tests.log" | tr '\n' ' ')"
   grep -q '^\[  PASSED  \]' "$LOG/nccl_tests.log" && ! grep -q FAILED "$LOG/nccl_tests.log" ||
     failed=1

@@ -19,42 +19,46 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(BenchSweep, PrecisionNames) {
-  EXPECT_EQ(canonical_precision("fp32"), "fp32");
-  EXPECT_EQ(canonical_precision("amp-fp16"), "amp_fp16");
-  EXPECT_EQ(canonical_precision("amp_bf16"), "amp_bf16");
-  EXPECT_EQ(canonical_precision("tf32"), "tf32");
+  EXPECT_EQ(parse_precision("fp32", "--precisions"), Precision::fp32);
+  EXPECT_EQ(parse_precision("amp-fp16", "--precisions"), Precision::amp_fp16);
+  EXPECT_EQ(parse_precision("AMP_BF16", "--precisions"), Precision::amp_bf16);
+  EXPECT_EQ(parse_precision("tf32", "--precisions"), Precision::tf32);
+  EXPECT_EQ(parse_precision("pure-fp16", "--precisions"), Precision::pure_fp16);
+  for (Precision p : all_precisions())
+    EXPECT_EQ(parse_precision(precision_name(p), "--precisions"), p) << precision_name(p);
   try {
-    canonical_precision("fp16");
+    parse_precision("fp16", "--precisions");
     FAIL() << "fp16 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--precisions 'fp16'"), std::string::npos) << e.what();
   }
   // The CPU trains in fp32, and in bf16 AMP where oneDNN has bf16 kernels.
   const bool bf16 = make_backend("onednn")->supports(Op::conv2d, DType::bf16, Layout::NHWC);
-  const std::vector<std::string> cpu =
-      bf16 ? std::vector<std::string>{"fp32", "amp_bf16"} : std::vector<std::string>{"fp32"};
+  const std::vector<Precision> cpu = bf16 ? std::vector<Precision>{Precision::fp32,
+                                                                   Precision::amp_bf16}
+                                          : std::vector<Precision>{Precision::fp32};
   EXPECT_EQ(backend_precisions("onednn"), cpu);
-  EXPECT_EQ(backend_precisions("cuda").size(), 4u);
+  EXPECT_EQ(backend_precisions("cuda").size(), 5u);
 }
 
 TEST(BenchSweep, CpuRefusesGpuPrecisions) {
-  TrainConfig base;
+  Config base;
   base.device = "cpu";
-  for (const char* p : {"tf32", "amp_fp16"}) {
+  for (Precision p : {Precision::tf32, Precision::amp_fp16, Precision::pure_fp16}) {
     try {
       sweep_point_config(base, p, 8);
-      FAIL() << p << " accepted on the CPU";
+      FAIL() << precision_name(p) << " accepted on the CPU";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("does not train in it"), std::string::npos) << e.what();
     }
   }
-  const TrainConfig c = sweep_point_config(base, "fp32", 8);
+  const Config c = sweep_point_config(base, Precision::fp32, 8);
   EXPECT_EQ(c.batch_size, 8);
   EXPECT_TRUE(c.benchmark);
   EXPECT_FALSE(c.amp);
   EXPECT_FALSE(c.no_tf32);  // a CPU flag it would refuse
   if (make_backend("onednn")->supports(Op::conv2d, DType::bf16, Layout::NHWC)) {
-    TrainConfig b = sweep_point_config(base, "amp_bf16", 8);
+    Config b = sweep_point_config(base, Precision::amp_bf16, 8);
     b.data = DataKind::synthetic;
     EXPECT_TRUE(b.amp);
     EXPECT_EQ(b.amp_dtype, "bf16");
@@ -81,7 +85,7 @@ TEST(BenchSweep, SummaryArithmetic) {
   std::vector<TrainBenchmarkResult> runs{run_with(30, {0.001, 0.002, 0.003}, 1.0, 3.0, 100),
                                          run_with(10, {0.004, 0.005, 0.006, 0.007}, 0.5, 1.5, 300),
                                          run_with(20, {0.008, 0.009, 0.010}, 0.5, 1.5, 200)};
-  const auto p = summarize_sweep_point("amp_fp16", 64, runs);
+  const auto p = summarize_sweep_point(Precision::amp_fp16, 64, runs);
   EXPECT_EQ(p["precision"], "amp_fp16");
   EXPECT_EQ(p["batch_size"], 64);
   EXPECT_EQ(p["world_size"], 2);
@@ -100,8 +104,8 @@ TEST(BenchSweep, SummaryArithmetic) {
   EXPECT_FALSE(p.contains("gpu_memory_used_bytes"));
   // Even count: the median is the mean of the middle two.
   runs.pop_back();
-  EXPECT_DOUBLE_EQ(summarize_sweep_point("fp32", 8, runs)["ips_median"].get<double>(), 20.0);
-  EXPECT_THROW(summarize_sweep_point("fp32", 8, {}), Error);
+  EXPECT_DOUBLE_EQ(summarize_sweep_point(Precision::fp32, 8, runs)["ips_median"].get<double>(), 20.0);
+  EXPECT_THROW(summarize_sweep_point(Precision::fp32, 8, {}), Error);
 }
 
 TEST(BenchSweep, BadFlags) {

@@ -272,7 +272,7 @@ TEST(InferInt8, CliExportCalibratesAndBenchInferMeasuresAccuracy) {
   const std::string rep = (tmp.path / "r.jsonl").string(), pred = (tmp.path / "p.tsv").string();
   ASSERT_EQ(run_command(cli + " bench infer --model " + sh_quote(m8) +
                             " --precision int8 --crop-size 64 --batch-sizes 1,4 "
-                            "--benchmark-steps 2 --data " +
+                            "--benchmark-steps 2 --image-root " +
                             sh_quote(data) + " --predictions-file " + sh_quote(pred) +
                             " --report-file " + sh_quote(rep),
                         &out),

@@ -202,7 +202,7 @@ TEST(InferModelIo, CliExportsCheckpointsAndWeightsFiles) {
                             " --output " + sh_quote(m2) + " --format rn50,tflite",
                         &out),
             0);
-  EXPECT_NE(out.find("--format tflite: expected rn50 or onnx"), std::string::npos) << out;
+  EXPECT_NE(out.find("--format 'tflite': expected rn50 or onnx"), std::string::npos) << out;
   EXPECT_NE(run_command(cli + " export --from-checkpoint " + sh_quote(ck + "/resnet18") +
                             " --from-pretrained-params x --output " + sh_quote(m2),
                         &out),

@@ -80,8 +80,8 @@ TEST(Asp, OptimizerMasksRoundTripAndHoldZeros) {
   }
 }
 
-TrainConfig sparse_config(const fs::path& dir) {
-  TrainConfig c;
+Config sparse_config(const fs::path& dir) {
+  Config c;
   c.data = DataKind::synthetic;
   c.synthetic_samples = 16;
   c.num_classes = 4;
@@ -124,7 +124,7 @@ TEST(Asp, PruneTrainCheckpointResume) {
   const fs::path weights = tmp.path / "pretrained.safetensors";
   save_initial_weights(weights.string(), "resnet18", 4, 4);
 
-  TrainConfig c = sparse_config(tmp.path);
+  Config c = sparse_config(tmp.path);
   c.prune_model = true;
   c.mask_algo = "mask_2d_best";
   c.from_pretrained_params = weights.string();
@@ -138,21 +138,21 @@ TEST(Asp, PruneTrainCheckpointResume) {
   EXPECT_EQ(masks, 19);
 
   // Resume with --asp: the restored masks hold the same zeros one more epoch.
-  TrainConfig r = sparse_config(tmp.path);
+  Config r = sparse_config(tmp.path);
   r.epochs = 2;
   r.from_checkpoint = (tmp.path / "ckpt" / "resnet18").string();
   ASSERT_EQ(run_train(r), 0);
   EXPECT_EQ(check_2to4(tmp.path / "ckpt" / "resnet18" / "1" / "model.safetensors"), z0);
 
   // Refusals: an --asp checkpoint without --asp; --asp with no masks to hold.
-  TrainConfig dense = r;
+  Config dense = r;
   dense.asp = false;
   dense.epochs = 3;
   ::testing::internal::CaptureStderr();
   EXPECT_NE(run_train(dense), 0);
   std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("add --asp"), std::string::npos) << err;
-  TrainConfig none = sparse_config(tmp.path / "other");
+  Config none = sparse_config(tmp.path / "other");
   ::testing::internal::CaptureStderr();
   EXPECT_NE(run_train(none), 0);
   err = ::testing::internal::GetCapturedStderr();

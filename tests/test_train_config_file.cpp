@@ -8,7 +8,7 @@
 
 #include "core/report.h"
 #include "rn50/error.h"
-#include "train/flags.h"
+#include "config/flags.h"
 
 namespace rn50 {
 namespace {
@@ -34,8 +34,8 @@ TEST(ConfigFile, TomlKeysWithDashesOrUnderscores) {
                            "enable-cpu-affinity = false\n"
                            "[train]\n"
                            "label-smoothing = 0.2\n");
-  TrainConfig c;
-  const auto names = apply_config_file(c, p.string(), kTrainCommand);
+  Config c;
+  const auto names = apply_config_file(c, p.string(), kTrain);
   EXPECT_EQ(names.size(), 8u);
   EXPECT_EQ(c.epochs, 7);
   EXPECT_EQ(c.batch_size, 64);
@@ -48,25 +48,25 @@ TEST(ConfigFile, TomlKeysWithDashesOrUnderscores) {
   EXPECT_TRUE(c.given.empty()) << "file values are not command-line flags";
   EXPECT_EQ(c.from_config.count("--epochs"), 1u);
   // The table shows where each value came from.
-  const std::string table = config_table(c, kTrainCommand);
+  const std::string table = config_table(c, kTrain);
   const size_t row = table.find("--epochs ");
   EXPECT_NE(table.substr(row, table.find('\n', row) - row).find("config"), std::string::npos);
   // rn50 eval skips the training flags of the same file.
-  TrainConfig e;
-  const auto eval_names = apply_config_file(e, p.string(), kEvalCommand);
+  Config e;
+  const auto eval_names = apply_config_file(e, p.string(), kEval);
   EXPECT_EQ(std::count(eval_names.begin(), eval_names.end(), "--epochs"), 0);
   EXPECT_EQ(e.data_layout, Layout::NCHW);
 }
 
 TEST(ConfigFile, ReportConfigLineReproducesTheConfiguration) {
-  TrainConfig a;
-  set_flag(a, find_flag("--epochs"), {"12"});
-  set_flag(a, find_flag("--lr"), {"0.1"});
-  set_flag(a, find_flag("--worker-cpus"), {"0", "1"});
-  set_flag(a, find_flag("--rand-crop-scale"), {"0.35", "1"});
-  set_flag(a, find_flag("--amp"), {});
-  set_flag(a, find_flag("--amp-dtype"), {"bf16"});
-  set_flag(a, find_flag("--report-format"), {"dllogger"});
+  Config a;
+  set_flag(a, flag("--epochs"), {"12"});
+  set_flag(a, flag("--lr"), {"0.1"});
+  set_flag(a, flag("--worker-cpus"), {"0", "1"});
+  set_flag(a, flag("--rand-crop-scale"), {"0.35", "1"});
+  set_flag(a, flag("--amp"), {});
+  set_flag(a, flag("--amp-dtype"), {"bf16"});
+  set_flag(a, flag("--report-format"), {"dllogger"});
   // As a report's first line (with the run facts a report adds), then a step line.
   ReportRecord r("config");
   r.set_flags(config_to_json(a));
@@ -77,16 +77,16 @@ TEST(ConfigFile, ReportConfigLineReproducesTheConfiguration) {
   r.set("train.samples", int64_t{10}).set("val.samples", int64_t{10}).set("params", int64_t{1});
   const fs::path p =
       write("report.jsonl", r.to_json().dump() + "\n{\"type\":\"step\",\"epoch\":0}\n");
-  TrainConfig b;
-  apply_config_file(b, p.string(), kTrainCommand);
+  Config b;
+  apply_config_file(b, p.string(), kTrain);
   auto ja = config_to_json(a), jb = config_to_json(b);
   ja["num_of_class"] = 10;  // the report holds the resolved class count
   EXPECT_EQ(ja.dump(), jb.dump());
   // state.json: {"config": {...}}.
   const fs::path s = write(
       "state.json", nlohmann::ordered_json{{"epoch", 3}, {"config", config_to_json(a)}}.dump(2));
-  TrainConfig c;
-  apply_config_file(c, s.string(), kTrainCommand);
+  Config c;
+  apply_config_file(c, s.string(), kTrain);
   EXPECT_EQ(config_to_json(a).dump(), config_to_json(c).dump());
 }
 
@@ -95,8 +95,8 @@ TEST(ConfigFile, ShippedConfigs) {
   for (const auto& e : fs::directory_iterator(fs::path(RN50_SOURCE_DIR) / "configs")) {
     if (e.path().extension() != ".toml") continue;
     ++n;
-    TrainConfig c;
-    apply_config_file(c, e.path().string(), kTrainCommand);
+    Config c;
+    apply_config_file(c, e.path().string(), kTrain);
     EXPECT_EQ(c.arch, "resnet50") << e.path();
     EXPECT_EQ(c.batch_size, 256) << e.path();
     EXPECT_DOUBLE_EQ(c.lr, 0.256) << e.path();
@@ -121,10 +121,10 @@ TEST(ConfigFile, ShippedConfigs) {
 }
 
 TEST(ConfigFile, ErrorsNameFileAndKey) {
-  TrainConfig c;
+  Config c;
   const fs::path unknown = write("unknown.toml", "epochs = 3\nlearning-rate = 0.1\n");
   try {
-    apply_config_file(c, unknown.string(), kTrainCommand);
+    apply_config_file(c, unknown.string(), kTrain);
     FAIL();
   } catch (const Error& e) {
     const std::string m = e.what();
@@ -133,7 +133,7 @@ TEST(ConfigFile, ErrorsNameFileAndKey) {
   }
   const fs::path bad = write("bad.toml", "epochs = many\n");
   try {
-    apply_config_file(c, bad.string(), kTrainCommand);
+    apply_config_file(c, bad.string(), kTrain);
     FAIL();
   } catch (const Error& e) {
     const std::string m = e.what();
@@ -141,22 +141,22 @@ TEST(ConfigFile, ErrorsNameFileAndKey) {
     EXPECT_NE(m.find("--epochs"), std::string::npos) << m;
   }
   const fs::path section = write("section.toml", "[predict]\ntop-k = 3\n");
-  EXPECT_THROW(apply_config_file(c, section.string(), kTrainCommand), Error);
+  EXPECT_THROW(apply_config_file(c, section.string(), kTrain), Error);
   const fs::path nojson = write("nothing.json", "{\"type\":\"step\"}\n[1,2]\n");
-  EXPECT_THROW(apply_config_file(c, nojson.string(), kTrainCommand), Error);
+  EXPECT_THROW(apply_config_file(c, nojson.string(), kTrain), Error);
   EXPECT_THROW(
-      apply_config_file(c, (fs::path(RN50_BINARY_DIR) / "no-such.toml").string(), kTrainCommand),
+      apply_config_file(c, (fs::path(RN50_BINARY_DIR) / "no-such.toml").string(), kTrain),
       Error);
 }
 
 TEST(ConfigFile, CpuAffinityFlag) {
-  TrainConfig c;
+  Config c;
   EXPECT_TRUE(c.enable_cpu_affinity);
-  set_flag(c, find_flag("--enable-cpu-affinity"), {"false"});
+  set_flag(c, flag("--enable-cpu-affinity"), {"false"});
   EXPECT_FALSE(c.enable_cpu_affinity);
-  set_flag(c, find_flag("--enable-cpu-affinity"), {"true"});
+  set_flag(c, flag("--enable-cpu-affinity"), {"true"});
   EXPECT_TRUE(c.enable_cpu_affinity);
-  EXPECT_THROW(set_flag(c, find_flag("--enable-cpu-affinity"), {"maybe"}), Error);
+  EXPECT_THROW(set_flag(c, flag("--enable-cpu-affinity"), {"maybe"}), Error);
   EXPECT_EQ(config_to_json(c)["enable_cpu_affinity"], true);
 }
 

@@ -22,8 +22,8 @@
 #include "rn50/train.h"
 #include "step_test_util.h"
 #include "test_train_util.h"
-#include "train/config.h"
-#include "train/flags.h"
+#include "config/config.h"
+#include "config/flags.h"
 
 namespace rn50 {
 namespace {
@@ -33,10 +33,10 @@ using rn50_test::read_jsonl;
 using rn50_test::TempDir;
 namespace fs = std::filesystem;
 
-TrainConfig parsed(const std::vector<std::pair<std::string, std::vector<std::string>>>& flags) {
-  TrainConfig c;
+Config parsed(const std::vector<std::pair<std::string, std::vector<std::string>>>& flags) {
+  Config c;
   c.data = DataKind::synthetic;
-  for (const auto& [name, values] : flags) set_flag(c, find_flag(name), values);
+  for (const auto& [name, values] : flags) set_flag(c, flag(name), values);
   return c;
 }
 
@@ -50,11 +50,11 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 TEST(ImageShape, FlagParsesAndRefuses) {
-  TrainConfig c = parsed({{"--image-shape", {"4,64,64"}}});
+  Config c = parsed({{"--image-shape", {"4,64,64"}}});
   EXPECT_EQ(c.input_channels, 4);
   EXPECT_EQ(c.crop_size, 64);
   EXPECT_NO_THROW(validate(c));
-  EXPECT_EQ(find_flag("--image-shape").get(c), nlohmann::ordered_json::array({4, 64, 64}));
+  EXPECT_EQ(flag("--image-shape").get(c), nlohmann::ordered_json::array({4, 64, 64}));
   c = parsed({{"--image-shape", {"3", "96", "96"}}});
   EXPECT_EQ(c.input_channels, 3);
   EXPECT_EQ(c.crop_size, 96);
@@ -137,7 +137,7 @@ TEST(ImageShape, FourChannelModelEqualsRgbModel) {
 
 TEST(ImageShape, TrainCheckpointResumeAndEval) {
   TempDir tmp("image_shape");
-  TrainConfig c;
+  Config c;
   c.data = DataKind::synthetic;
   c.synthetic_samples = 16;
   c.num_classes = 4;
@@ -148,7 +148,7 @@ TEST(ImageShape, TrainCheckpointResumeAndEval) {
   c.run_scope = RunScope::train_only;
   c.checkpoint_dir = (tmp.path / "ckpt").string();
   c.report_file = (tmp.path / "r.jsonl").string();
-  set_flag(c, find_flag("--image-shape"), {"4,32,32"});
+  set_flag(c, flag("--image-shape"), {"4,32,32"});
   ASSERT_EQ(run_train(c), 0);
   const auto cfg = read_jsonl(c.report_file).front();
   EXPECT_EQ(cfg["image_shape"], nlohmann::json::array({4, 32, 32}));
@@ -159,7 +159,7 @@ TEST(ImageShape, TrainCheckpointResumeAndEval) {
   EXPECT_EQ(f.tensors.at("conv1.weight").shape(), (std::vector<int64_t>{64, 4, 7, 7}));
 
   // Resuming with 3 channels is refused, naming the flag.
-  TrainConfig r = c;
+  Config r = c;
   r.input_channels = 3;
   r.image_shape_hw = 0;
   r.given.clear();
@@ -173,7 +173,7 @@ TEST(ImageShape, TrainCheckpointResumeAndEval) {
   // Evaluation with the same shape: through the RGB inference engine on the CPU (the zero
   // channel's weights dropped); with another shape it is refused like resuming.
   for (int channels : {4, 3}) {
-    TrainConfig e;
+    Config e;
     e.data = DataKind::synthetic;
     e.synthetic_samples = 8;
     e.num_classes = 4;

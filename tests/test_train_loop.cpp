@@ -17,8 +17,8 @@ namespace {
 
 // 2 visually distinct classes (tench, parachute) x 16 train / 5 val images, 64 px crops,
 // batch 8: 4 steps per epoch.
-TrainConfig tiny_config(const fs::path& root, const fs::path& work) {
-  TrainConfig c;
+Config tiny_config(const fs::path& root, const fs::path& work) {
+  Config c;
   c.image_root = root.string();
   c.arch = "resnet18";
   c.crop_size = 64;
@@ -65,7 +65,7 @@ double mean_loss(const std::vector<nlohmann::json>& steps, size_t begin, size_t 
 TEST(TrainLoop, LossFallsOnTinyImageFolder) {
   TempDir tmp("loop");
   RN50_REQUIRE_OR_SKIP("data", make_two_class_subset(tmp.path / "data"), "imagenette not found");
-  TrainConfig c = tiny_config(tmp.path / "data", tmp.path);
+  Config c = tiny_config(tmp.path / "data", tmp.path);
   c.epochs = 10;
   c.run_scope = RunScope::train_only;
   c.save_interval = 0;
@@ -110,7 +110,7 @@ TEST(TrainLoop, LossFallsOnTinyImageFolder) {
 // report. 16 synthetic images, batch 8: 2 steps per epoch; base lr 0.256 * 8 / 256 = 0.008.
 TEST(TrainLoop, StepScheduleWithWarmupStartReachesTheSteps) {
   TempDir tmp("loop_sched");
-  TrainConfig c = tiny_config(tmp.path / "none", tmp.path);
+  Config c = tiny_config(tmp.path / "none", tmp.path);
   c.image_root.clear();
   c.data = DataKind::synthetic;
   c.synthetic_samples = 16;
@@ -142,7 +142,7 @@ TEST(TrainLoop, ResumeReproducesUninterruptedRun) {
   RN50_REQUIRE_OR_SKIP("data", make_two_class_subset(tmp.path / "data"), "imagenette not found");
   // A: 2 epochs straight, evaluating and checkpointing after each.
   const fs::path wa = tmp.path / "a", wb = tmp.path / "b";
-  TrainConfig a = tiny_config(tmp.path / "data", wa);
+  Config a = tiny_config(tmp.path / "data", wa);
   a.epochs = 2;
   a.warmup_epochs = 1;  // the resumed epoch is in the cosine part, the first in warmup
   ASSERT_EQ(run_train(a), 0);
@@ -154,7 +154,7 @@ TEST(TrainLoop, ResumeReproducesUninterruptedRun) {
   const fs::path ck_b = wb / "ckpt" / "resnet18";
   fs::create_directories(ck_b);
   fs::copy(ck_a / "0", ck_b / "0", fs::copy_options::recursive);
-  TrainConfig b = tiny_config(tmp.path / "data", wb);
+  Config b = tiny_config(tmp.path / "data", wb);
   b.epochs = 2;
   b.warmup_epochs = 1;
   b.from_checkpoint = ck_b.string();
@@ -204,7 +204,7 @@ TEST(TrainLoop, ResumeReproducesUninterruptedRun) {
   }
 
   // eval_only on A's final checkpoint reproduces A's last validation numbers.
-  TrainConfig e = tiny_config(tmp.path / "data", tmp.path / "e");
+  Config e = tiny_config(tmp.path / "data", tmp.path / "e");
   e.run_scope = RunScope::eval_only;
   e.from_checkpoint = ck_a.string();
   e.last_epoch_of_checkpoint = "1";

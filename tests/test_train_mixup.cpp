@@ -187,7 +187,7 @@ TEST(MixupStep, LambdaOneIsThePlainStepAndTheWiringMatchesByHand) {
 TEST(MixupTrain, RunIsDeterministicAndReported) {
   TempDir tmp("mixup");
   auto run = [&](const std::string& tag, double alpha, uint64_t seed) {
-    TrainConfig c;
+    Config c;
     c.data = DataKind::synthetic;
     c.synthetic_samples = 32;
     c.num_classes = 4;

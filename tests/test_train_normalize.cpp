@@ -13,7 +13,7 @@
 #include "rn50/backend.h"
 #include "rn50/error.h"
 #include "test_train_util.h"
-#include "train/flags.h"
+#include "config/flags.h"
 
 namespace rn50 {
 namespace {
@@ -21,9 +21,9 @@ namespace {
 namespace fs = std::filesystem;
 
 void expect_error(const char* flag, std::vector<std::string> values, const std::string& text) {
-  TrainConfig c;
+  Config c;
   try {
-    set_flag(c, find_flag(flag), values);
+    set_flag(c, rn50::flag(flag), values);
     validate(c);  // range checks run here
     ADD_FAILURE() << flag << " accepted";
   } catch (const Error& e) {
@@ -32,9 +32,9 @@ void expect_error(const char* flag, std::vector<std::string> values, const std::
 }
 
 TEST(Normalize, FlagChecks) {
-  TrainConfig c;
-  set_flag(c, find_flag("--normalize-mean"), {"0.5,0.5,0.5"});
-  set_flag(c, find_flag("--normalize-std"), {"0.5", "0.25", "0.125"});
+  Config c;
+  set_flag(c, flag("--normalize-mean"), {"0.5,0.5,0.5"});
+  set_flag(c, flag("--normalize-std"), {"0.5", "0.25", "0.125"});
   EXPECT_EQ(c.normalize_mean, (std::array<double, 3>{0.5, 0.5, 0.5}));
   const Normalization n = normalization(c);
   EXPECT_FLOAT_EQ(n.std[2], 0.125f);

@@ -222,8 +222,8 @@ TEST(Qat, Quantizers) {
   EXPECT_FALSE(qat::is_qat_key("layer1.0.conv1.weight"));
 }
 
-TrainConfig qat_config(const fs::path& dir) {
-  TrainConfig c;
+Config qat_config(const fs::path& dir) {
+  Config c;
   c.data = DataKind::synthetic;
   c.synthetic_samples = 16;
   c.num_classes = 4;
@@ -250,7 +250,7 @@ TEST(Qat, TrainCheckpointResumeEval) {
   const fs::path weights = tmp.path / "float.safetensors";
   save_initial_weights(weights.string(), "resnet18", 4, 5);
 
-  TrainConfig c = qat_config(tmp.path);
+  Config c = qat_config(tmp.path);
   c.from_pretrained_params = weights.string();
   ASSERT_EQ(run_train(c), 0);
   const fs::path e0 = tmp.path / "ckpt" / "resnet18" / "0" / "model.safetensors";
@@ -264,7 +264,7 @@ TEST(Qat, TrainCheckpointResumeEval) {
   EXPECT_EQ(moved, 22) << "every range learnt from the batches";
 
   // Resume with --qat: the ranges continue from the checkpoint's (state grows from there).
-  TrainConfig r = qat_config(tmp.path);
+  Config r = qat_config(tmp.path);
   r.epochs = 2;
   r.from_checkpoint = (tmp.path / "ckpt" / "resnet18").string();
   ASSERT_EQ(run_train(r), 0);
@@ -274,7 +274,7 @@ TEST(Qat, TrainCheckpointResumeEval) {
   EXPECT_NEAR(r1.at(k), 0.81f * r0.at(k) + 1.9f, 1e-5);
 
   // Eval-only with --qat; without --qat the ranges are refused naming the flag.
-  TrainConfig e = r;
+  Config e = r;
   EXPECT_EQ(run_eval(e), 0);
   e.qat = false;
   ::testing::internal::CaptureStderr();

@@ -14,7 +14,7 @@
 #include "require.h"
 #include "rn50/error.h"
 #include "test_train_util.h"
-#include "train/flags.h"
+#include "config/flags.h"
 
 namespace rn50 {
 namespace {
@@ -76,7 +76,7 @@ TEST(ReportRecord, CheckFindsEveryKindOfProblem) {
   // Config lines: flags are checked against the flag table when it is given.
   const std::vector<ReportField> flags = config_flag_fields();
   ReportRecord c("config");
-  c.set_flags(config_to_json(TrainConfig{}));
+  c.set_flags(config_to_json(Config{}));
   for (const char* k : {"num_of_class", "classes", "global_batch_size", "rank", "steps_per_epoch",
                         "params", "train.samples", "val.samples"})
     c.set(k, 1);

@@ -123,6 +123,10 @@ struct CalibrationInfo {
 /// What a deployed model needs beside its program: class names and the eval preprocessing.
 struct InferenceModelInfo {
   std::vector<std::string> classes;  ///< synsets / names by class index; may be empty
+  /// The precision the model was exported for and runs in unless told otherwise: "fp32", or
+  /// "int8" (rn50 export --precision int8: the program holds activation ranges). model.json's
+  /// "precision"; the weights are stored in f32 either way.
+  std::string precision = "fp32";
   int resize_short = 256;            ///< resize the shorter side to this, pixels
   int crop_size = 224;               ///< then center-crop this, pixels
   std::vector<float> mean{0.485f, 0.456f, 0.406f};  ///< ImageNet mean (RGB, of [0, 1] values)
@@ -135,6 +139,12 @@ struct InferenceModel {
   InferenceProgram program;
   InferenceModelInfo info;
 };
+
+/// The class names of a `num_classes`-way model trained on data with the classes `known`
+/// (folder names, in label order): `known`, then "class_<index>" for the outputs no folder
+/// names (fine-tuning with --num-of-class above the folder count, e.g. 1000-class weights on a
+/// 10-folder set). Throws rn50::Error when `known` has more names than the model has classes.
+std::vector<std::string> class_names_for(const std::vector<std::string>& known, int num_classes);
 
 /// Name of the two files of an rn50 inference model folder.
 inline constexpr const char* kInferenceWeightsFile = "model.safetensors";
@@ -234,6 +244,8 @@ struct EngineOptions {
   /// math), tf32, fp16, bf16; int8 is refused there); "ref" (the same engine on the reference
   /// backend, for tests: fp32, fp16, bf16).
   std::string device = "cpu";
+  /// "" = fp32, or, where a command runs an exported model (bench infer, predict --model), the
+  /// precision the model was exported for (InferenceModelInfo::precision);
   /// "fp32"; "bf16" (activations and conv/fc weights bf16; bias, accumulation and logits f32;
   /// oneDNN emulates it on CPUs without AVX-512-BF16); or "int8" (needs a program with ranges,
   /// value_absmax): every convolution but the stem in INT8 as oneDNN's INT8 inference example
@@ -247,7 +259,7 @@ struct EngineOptions {
   /// post-op in place of the ReLU; the maxpool output is quantized through s8, which saturates
   /// at 127). The network input and the fc input, fake-quantized in QAT training, stay f32 here
   /// (as the stem conv and fc they feed; the fc and stem weights are not fake-quantized either).
-  std::string precision = "fp32";
+  std::string precision;
 };
 
 /// Runs an InferenceProgram forward only: weights pre-packed once in the layout the backend
@@ -333,6 +345,8 @@ struct InferBenchConfig {
   int warmup_steps = 3;                 ///< --benchmark-warmup-steps: untimed calls before
   EngineOptions engine;                 ///< --device, --precision
   std::string report_file;              ///< --report-file: appends one line per batch size
+  /// --report-format: "rn50" (JSON lines, docs/report-schema.md) or "dllogger" (DLLL lines).
+  std::string report_format = "rn50";
   /// --data: "synthetic" (random normalised input) or an ImageFolder root, whose val/ split is
   /// first classified in full (top-1/top-5, an infer_accuracy report line) with the eval
   /// transform at the model's resize/crop (--resize-short, else 256 * crop / 224).

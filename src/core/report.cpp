@@ -43,6 +43,14 @@ void add_val(std::vector<ReportField>& f, bool required, const std::string& when
   add("val.ips", T::number, "evaluation images/s (all ranks)");
   add("val.images", T::integer, "images evaluated (every val image once, all ranks)");
   add("val.bad_samples", T::integer, "undecodable val images skipped");
+  // Timings of the pass (DLE's val.* timings); optional: reports before rn50 0.1.0's session
+  // redesign lack them.
+  f.push_back(opt("val.data_time", T::number,
+                  "mean seconds per val batch waiting for data (rank 0)" + when));
+  f.push_back(opt("val.compute_time", T::number,
+                  "mean seconds per val batch in the rest: upload, forward, loss (rank 0, host's "
+                  "view)" + when));
+  f.push_back(opt("val.batch_time", T::number, "mean wall seconds per val batch (rank 0)" + when));
 }
 
 std::vector<ReportRecordType> make_schema() {
@@ -64,6 +72,9 @@ std::vector<ReportRecordType> make_schema() {
   c.push_back(req("steps_per_epoch", T::integer, "optimiser steps per epoch (0: eval only)"));
   c.push_back(req("backend", T::string, "ops backend: ref, onednn, cuda"));
   c.push_back(req("resolved_device", T::string, "device used, e.g. \"cpu\" or \"cuda:0\""));
+  c.push_back(opt("precision", T::string,
+                  "the run's precision: fp32, tf32, amp_fp16, amp_bf16 or pure_fp16 (older "
+                  "reports lack it)"));
   c.push_back(req("compute_dtype", T::string, "dtype of convolutions/GEMMs: f32, f16, bf16"));
   c.push_back(req("train.samples", T::integer, "training images (0: eval only)"));
   c.push_back(req("val.samples", T::integer, "validation images (0: none)"));
@@ -83,6 +94,13 @@ std::vector<ReportRecordType> make_schema() {
   st.push_back(req("train.loss_avg", T::number, "mean loss since the previous step line"));
   st.push_back(req("train.lr", T::number, "learning rate of this step"));
   st.push_back(req("train.ips", T::number, "training images/s, all ranks"));
+  // DLE's per-step timings; optional: older reports lack them.
+  st.push_back(opt("train.batch_time", T::number,
+                   "mean wall seconds per step since the previous step line (rank 0)"));
+  st.push_back(opt("train.data_time", T::number,
+                   "mean seconds per step waiting for data since the previous step line"));
+  st.push_back(opt("train.compute_time", T::number,
+                   "mean seconds per step in the rest since the previous step line"));
   add_loss_scale(st);
   s.push_back(std::move(step));
 
@@ -134,7 +152,7 @@ std::vector<ReportRecordType> make_schema() {
   b.push_back(req("data_layout", T::string, "NCHW or NHWC"));
   b.push_back(req("backend", T::string, "ops backend: ref, onednn, cuda"));
   b.push_back(req("device", T::string, "device used, e.g. \"cpu\" or \"cuda:0\""));
-  b.push_back(req("precision", T::string, "fp32, tf32, amp_fp16 or amp_bf16"));
+  b.push_back(req("precision", T::string, "fp32, tf32, amp_fp16, amp_bf16 or pure_fp16"));
   b.push_back(req("graph_replayed_steps", T::integer, "steps run as a CUDA graph replay"));
   b.push_back(opt("gpu_memory_used_bytes", T::integer,
                   "device memory in use (total - free, CUDA context included); on GPUs only"));
@@ -176,8 +194,8 @@ std::vector<ReportRecordType> make_schema() {
   f.push_back(req("arch", T::string, "model: resnet50, resnet18, ..."));
   f.push_back(req("num_of_class", T::integer, "classes"));
   f.push_back(req("crop_size", T::integer, "input height and width, pixels"));
-  f.push_back(req("precision", T::string, "engine precision: fp32, bf16 or int8"));
-  f.push_back(req("device", T::string, "engine device: cpu"));
+  f.push_back(req("precision", T::string, "engine precision: fp32, tf32, fp16, bf16 or int8"));
+  f.push_back(req("device", T::string, "engine device: cpu or cuda:N"));
   s.push_back(std::move(infer));
 
   ReportRecordType acc{"infer_accuracy",
@@ -190,8 +208,8 @@ std::vector<ReportRecordType> make_schema() {
   a.push_back(req("top1", T::number, "percent of images whose top-1 class is the label"));
   a.push_back(req("top5", T::number, "percent with the label among the top 5"));
   a.push_back(req("arch", T::string, "model: resnet50, resnet18, ..."));
-  a.push_back(req("precision", T::string, "engine precision: fp32, bf16 or int8"));
-  a.push_back(req("device", T::string, "engine device: cpu"));
+  a.push_back(req("precision", T::string, "engine precision: fp32, tf32, fp16, bf16 or int8"));
+  a.push_back(req("device", T::string, "engine device: cpu or cuda:N"));
   a.push_back(req("resize_short", T::integer, "eval resize of the shorter side, pixels"));
   a.push_back(req("crop_size", T::integer, "center crop, pixels"));
   a.push_back(req("image_root", T::string, "the ImageFolder root"));
@@ -398,8 +416,7 @@ std::string report_schema_markdown(const std::vector<ReportField>& flag_fields) 
   std::string out = fmt::format(
       "# rn50 report schema (schema_version {})\n\n"
       "Generated from `report_schema()` in src/core/report.cpp and the flag table in\n"
-      "src/train/flags.cpp; `test_train_report` fails when this file is out of date (it writes\n"
-      "the current text to build/report-schema.md: copy it here).\n\n"
+      "src/config/flag_table.cpp by every build (tools/gen_docs.cpp); do not edit.\n\n"
       "A report file (`--report-file`) holds one JSON object per line. Every line starts with\n"
       "`\"type\"` (one of the record types below) and `\"schema_version\"`. Epochs are 0-based\n"
       "(the checkpoint folder names); `step` counts optimiser steps done; losses are\n"

@@ -43,7 +43,9 @@ std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostre
     std::copy(m.info.std.begin(), m.info.std.end(), norm.std.begin());
     arch = m.program.arch;
     classes = m.program.num_classes;
-    engine = make_inference_engine(std::move(m.program), cfg.engine);
+    EngineOptions eo = cfg.engine;  // by default, the precision the model was exported for
+    if (eo.precision.empty()) eo.precision = m.info.precision;
+    engine = make_inference_engine(std::move(m.program), eo);
   } else if (!cfg.weights.empty()) {
     InferenceProgram p = fold_weights_file(cfg.weights, arch, classes);
     arch = p.arch;
@@ -61,7 +63,11 @@ std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostre
     engine = make_inference_engine(fold_network(model.desc(), sd), cfg.engine);
   }
 
-  ReportWriter report(cfg.report_file, ReportWriter::Mode::append);
+  RN50_CHECK(cfg.report_format == "rn50" || cfg.report_format == "dllogger",
+             "--report-format '{}': expected rn50 or dllogger", cfg.report_format);
+  ReportWriter report(cfg.report_file, ReportWriter::Mode::append, "--report-file",
+                      cfg.report_format == "dllogger" ? ReportWriter::Format::dllogger
+                                                      : ReportWriter::Format::rn50);
   if (cfg.data != "synthetic") {
     const int resize = cfg.resize_short > 0 ? cfg.resize_short
                        : model_resize > 0 && model_crop == cfg.crop_size

@@ -10,7 +10,7 @@ namespace rn50 {
 std::unique_ptr<InferenceEngine> make_inference_engine(InferenceProgram program,
                                                        const EngineOptions& opt) {
   RN50_CHECK(!program.ops.empty(), "inference: the program is empty");
-  const std::string& p = opt.precision;
+  const std::string p = opt.precision.empty() ? std::string("fp32") : opt.precision;
   if (opt.device == "ref") {  // the reference backend: the GPU engine's logic, slowly (tests)
     RN50_CHECK(p == "fp32" || p == "fp16" || p == "bf16",
                "inference: --precision {}: the engine on the reference backend computes in "

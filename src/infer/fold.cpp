@@ -179,8 +179,9 @@ InferenceProgram fold_network(const NetworkDesc& d, const std::map<std::string, 
   return p;
 }
 
-InferenceProgram fold_weights_file(const std::string& path, const std::string& arch,
+InferenceProgram fold_weights_file(const std::string& weights, const std::string& arch,
                                    int num_classes) {
+  const std::string path = weights_file(weights, "--from-pretrained-params");
   const SafeTensorsFile file = load_safetensors(path);
   const std::string a = arch.empty() ? infer_arch(file.tensors, path) : arch;
   const int k = classes_of(file, path, num_classes);

@@ -103,7 +103,10 @@ void save_inference_model(const InferenceModel& m, const std::string& dir) {
   j["arch"] = p.arch;
   j["num_classes"] = p.num_classes;
   j["feature_channels"] = p.feature_channels;
-  j["precision"] = "fp32";  // the stored weights; int8 engines quantize them at load
+  // The precision the model runs in by default (rn50 export --precision); the stored weights
+  // are f32 either way (the INT8 engine quantizes them when it loads them).
+  j["precision"] = m.info.precision;
+  j["weights_dtype"] = "f32";
   if (!p.value_absmax.empty()) {
     // INT8 calibration: per value, the |x| range the INT8 engine quantizes with.
     // QAT ranges are marked by the method: the engine quantizes them on the training grid.
@@ -166,6 +169,10 @@ InferenceModel load_inference_model(const std::string& dir) {
   RN50_CHECK(m.info.mean.size() == 3 && m.info.std.size() == 3,
              "'{}': preprocessing mean and std need 3 values each", jpath);
   m.info.classes = j.value("classes", std::vector<std::string>{});
+  m.info.precision = j.value("precision", std::string("fp32"));
+  RN50_CHECK(m.info.precision == "fp32" || m.info.precision == "int8",
+             "'{}': precision '{}' is not one rn50 exports (fp32 or int8)", jpath,
+             m.info.precision);
 
   RN50_CHECK(fs::exists(wpath), "'{}': {} is missing beside {}", dir, kInferenceWeightsFile,
              kInferenceJsonFile);
@@ -250,7 +257,21 @@ InferenceModel load_inference_model(const std::string& dir) {
     for (float a : p.value_absmax)
       RN50_CHECK(std::isfinite(a) && a >= 0, "{}: value_absmax holds {}", where, a);
   }
+  RN50_CHECK(m.info.precision != "int8" || !p.value_absmax.empty(),
+             "'{}': precision int8 without int8_calibration ranges", jpath);
   return m;
+}
+
+std::vector<std::string> class_names_for(const std::vector<std::string>& known,
+                                         int num_classes) {
+  RN50_CHECK(static_cast<int>(known.size()) <= num_classes,
+             "{} class names for a {}-class model: the model has fewer outputs than the data has "
+             "classes",
+             known.size(), num_classes);
+  std::vector<std::string> names = known;
+  for (int i = static_cast<int>(known.size()); i < num_classes; ++i)
+    names.push_back(fmt::format("class_{}", i));
+  return names;
 }
 
 void run_export(const ExportConfig& cfg, std::ostream& out) {
@@ -273,11 +294,12 @@ void run_export(const ExportConfig& cfg, std::ostream& out) {
              "--resize-short {} / --crop-size {}: need crop >= 1 and resize >= crop",
              cfg.resize_short, cfg.crop_size);
   // fold_weights_file, keeping the description and the state dict for the QAT ranges.
-  const SafeTensorsFile file = load_safetensors(cfg.weights);
-  const std::string arch_name = cfg.arch.empty() ? infer_arch(file.tensors, cfg.weights) : cfg.arch;
-  const int k = classes_of(file, cfg.weights, cfg.num_classes);
+  const std::string weights = weights_file(cfg.weights, "--from-pretrained-params");
+  const SafeTensorsFile file = load_safetensors(weights);
+  const std::string arch_name = cfg.arch.empty() ? infer_arch(file.tensors, weights) : cfg.arch;
+  const int k = classes_of(file, weights, cfg.num_classes);
   const NetworkDesc desc = describe(arch_from_name(arch_name), k);
-  const std::map<std::string, Tensor> sd = state_dict_f32(file, cfg.weights, k);
+  const std::map<std::string, Tensor> sd = state_dict_f32(file, weights, k);
   // Weights trained with --qat hold their activation ranges: int8 takes them, no calibration.
   const bool qat = int8 && has_qat_ranges(sd);
   std::vector<std::string> calib_flags = cfg.calib_flags;
@@ -288,7 +310,7 @@ void run_export(const ExportConfig& cfg, std::ostream& out) {
              "{} with --precision int8: '{}' holds the activation ranges quantization-aware "
              "training learnt (--qat), which the INT8 model takes as they are; QAT ranges need "
              "no calibration: drop {}",
-             calib_flags.empty() ? "" : calib_flags.front(), cfg.weights,
+             calib_flags.empty() ? "" : calib_flags.front(), weights,
              fmt::join(calib_flags, ", "));
   RN50_CHECK(!int8 || qat || !cfg.calib_root.empty(),
              "--precision int8 calibrates on training images: pass --image-root DIR (its train/ "
@@ -297,22 +319,21 @@ void run_export(const ExportConfig& cfg, std::ostream& out) {
   m.program = fold_network(desc, sd);
   const std::string& arch = m.program.arch;
   const int classes = m.program.num_classes;
-  m.info.classes = cfg.classes;
-  RN50_CHECK(m.info.classes.empty() || static_cast<int>(m.info.classes.size()) == classes,
-             "{} class names for a {}-class model", m.info.classes.size(), classes);
+  if (!cfg.classes.empty()) m.info.classes = class_names_for(cfg.classes, classes);
+  m.info.precision = cfg.precision;
   m.info.resize_short = cfg.resize_short;
   m.info.crop_size = cfg.crop_size;
   m.info.mean.assign(cfg.norm.mean.begin(), cfg.norm.mean.end());
   m.info.std.assign(cfg.norm.std.begin(), cfg.norm.std.end());
   std::string calib_note;
   if (qat) {
-    apply_qat_ranges(m.program, desc, sd, fmt::format("'{}'", cfg.weights));
+    apply_qat_ranges(m.program, desc, sd, fmt::format("'{}'", weights));
     m.info.calibration = {"qat", 0.0, 0, ""};
     calib_note = ", int8 with the QAT ranges (no calibration)";
     out << fmt::format(
         "int8: using the activation ranges quantization-aware training learnt, from '{}' ({} "
         "quantizers, no calibration; u8 and s8 values on the training grid, step amax / 127)\n",
-        cfg.weights, qat::activation_quantizers(desc).size());
+        weights, qat::activation_quantizers(desc).size());
   } else if (int8) {
     CalibrationConfig cc;
     cc.method = cfg.calib_method;

@@ -20,7 +20,7 @@
 #include "model/logits.h"
 #include "rn50/backend.h"
 #include "rn50/data.h"
-#include "rn50/infer.h"
+#include "rn50/predict.h"
 #include "rn50/inference.h"
 #include "rn50/model.h"
 
@@ -67,9 +67,11 @@ std::map<int64_t, ClassName> read_classes_tsv(const std::string& path) {
 int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err) {
   int failed = 0;
   try {
+    RN50_CHECK(!cfg.images.empty(),
+               "no image files given: rn50 predict --model DIR | --from-pretrained-params FILE "
+               "IMAGE...");
     RN50_CHECK(cfg.weights.empty() != cfg.model_dir.empty(),
                "pass one of --from-pretrained-params FILE and --model DIR");
-    RN50_CHECK(!cfg.images.empty(), "no image files given");
     RN50_CHECK(cfg.crop_size >= 0, "--crop-size {}: must be >= 1 (0: the model's or 224)",
                cfg.crop_size);
     RN50_CHECK(cfg.resize_short >= 0, "--resize-short {}: must be >= 1 (0: the model's or 256)",
@@ -80,6 +82,7 @@ int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err) 
     // CUDA: BN folded, fused epilogues, no training buffers); images are normalised on the host.
     EngineOptions eo;
     eo.device = cfg.device;
+    eo.precision = cfg.precision;
     auto backend = make_backend("onednn");
     ModelOptions mo;
     mo.layout = Layout::NHWC;
@@ -104,6 +107,7 @@ int run_predict(const PredictConfig& cfg, std::ostream& out, std::ostream& err) 
       if (cfg.resize_short == 0) resize_short = m.info.resize_short;
       if (cfg.crop_size == 0) crop_size = m.info.crop_size;
       model_classes = m.info.classes;
+      if (eo.precision.empty()) eo.precision = m.info.precision;  // as exported
       engine = make_inference_engine(std::move(m.program), eo);
     } else {
       InferenceProgram p = fold_weights_file(cfg.weights, cfg.arch, cfg.num_classes);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <set>
 
@@ -101,8 +102,27 @@ Tensor to_host(Backend& backend, const Tensor& t) {
   return h;
 }
 
+std::string weights_file(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  RN50_CHECK(fs::exists(path), "{} '{}': no such file or folder", flag, path);
+  if (!fs::is_directory(path)) return path;
+  const fs::path file = fs::path(path) / "model.safetensors";
+  if (fs::is_regular_file(file)) return file.string();
+  std::vector<std::string> others;
+  for (const auto& e : fs::directory_iterator(path))
+    if (e.path().extension() == ".safetensors") others.push_back(e.path().filename().string());
+  std::sort(others.begin(), others.end());
+  RN50_FAIL("{} '{}' is a folder without model.safetensors{}: pass the weights file itself (a "
+            "safetensors file with torchvision's state_dict keys), or a folder holding "
+            "model.safetensors",
+            flag, path,
+            others.empty() ? std::string()
+                           : fmt::format(" (it holds {})", fmt::join(others, ", ")));
+}
+
 void load_pretrained_params(const std::string& path, ResNet& model) {
-  load_pretrained_params(load_safetensors(path), path, model);
+  const std::string file = weights_file(path, "--from-pretrained-params");
+  load_pretrained_params(load_safetensors(file), file, model);
 }
 
 void load_pretrained_params(const SafeTensorsFile& f, const std::string& path, ResNet& model) {

@@ -12,11 +12,18 @@
 
 namespace rn50 {
 
+/// The weights file --from-pretrained-params `path` names (`flag` names it in messages): `path`
+/// itself when it is a file, <path>/model.safetensors when `path` is a folder holding one (DLE
+/// Paddle passes a folder; an rn50 checkpoint epoch folder holds model.safetensors). Throws
+/// rn50::Error naming the flag, the path and the file expected when there is none.
+std::string weights_file(const std::string& path, const std::string& flag);
+
 /// Loads torchvision-keyed weights (e.g. resnet50().state_dict() saved as safetensors) into
 /// `model`: every parameter and running_mean/var must be present with the model's shape
 /// (num_batches_tracked entries are ignored; F64/F16/BF16 are converted to F32; unexpected keys
 /// are listed on stderr and ignored). A shape mismatch throws naming the key, both shapes and,
 /// for fc.*, the --num-of-class value that matches the file.
+/// `path` may be a folder (weights_file).
 void load_pretrained_params(const std::string& path, ResNet& model);
 /// The same with the file already read (`path` names it in messages).
 void load_pretrained_params(const SafeTensorsFile& file, const std::string& path, ResNet& model);

@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/stats.h"
+#include "rn50/precision.h"
 #include "rn50/report.h"
 
 namespace rn50 {
@@ -20,15 +21,15 @@ using ojson = nlohmann::ordered_json;
 ojson numv(double v) { return std::isfinite(v) ? ojson(v) : ojson(nullptr); }
 
 /// Where a point belongs: hardware, arch, precision, batch (devices apart).
-using Config = std::tuple<std::string, std::string, std::string, int>;
-Config config_of(const ThroughputPoint& p) {
+using PointKey = std::tuple<std::string, std::string, std::string, int>;
+PointKey config_of(const ThroughputPoint& p) {
   return {p.hardware, p.arch, p.precision, p.batch_size};
 }
 
 /// Points of the same configuration and device count (several files, or a sweep run again)
 /// merged: their runs pooled, the summary recomputed.
-std::map<Config, std::map<int, ThroughputPoint>> merged(const std::vector<ThroughputPoint>& pts) {
-  std::map<Config, std::map<int, ThroughputPoint>> m;
+std::map<PointKey, std::map<int, ThroughputPoint>> merged(const std::vector<ThroughputPoint>& pts) {
+  std::map<PointKey, std::map<int, ThroughputPoint>> m;
   for (const ThroughputPoint& p : pts) {
     auto& slot = m[config_of(p)];
     auto it = slot.find(p.devices);
@@ -123,13 +124,15 @@ ReportTable precision_speedup_table(const std::vector<ThroughputPoint>& points) 
     for (const auto& [d, p] : by_dev)
       m[{p.hardware, p.arch, p.batch_size, d}][p.precision] = p.median;
   for (const auto& [k, by_prec] : m) {
-    const auto fp32 = by_prec.find("fp32"), tf32 = by_prec.find("tf32");
+    const std::string fp32_name = precision_name(Precision::fp32),
+                      tf32_name = precision_name(Precision::tf32);
+    const auto fp32 = by_prec.find(fp32_name), tf32 = by_prec.find(tf32_name);
     if (fp32 == by_prec.end() && tf32 == by_prec.end()) continue;
     for (const auto& [prec, v] : by_prec) {
-      if (prec == "fp32") continue;
+      if (prec == fp32_name) continue;
       const double over32 = fp32 != by_prec.end() && fp32->second > 0 ? v / fp32->second : NAN;
       const double over_tf =
-          tf32 != by_prec.end() && prec != "tf32" && tf32->second > 0 ? v / tf32->second : NAN;
+          tf32 != by_prec.end() && prec != tf32_name && tf32->second > 0 ? v / tf32->second : NAN;
       if (!std::isfinite(over32) && !std::isfinite(over_tf)) continue;
       t.rows.push_back({std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k), prec,
                         numv(v), numv(over32), numv(over_tf)});

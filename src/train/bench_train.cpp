@@ -13,55 +13,48 @@
 #include "core/stats.h"
 #include "rn50/backend.h"
 #include "rn50/bench.h"
-#include "rn50/dist.h"
+#include "rn50/parallel.h"
+#include "config/config.h"
 
 namespace rn50 {
 
 using json = nlohmann::ordered_json;
 
-std::string canonical_precision(const std::string& name) {
-  std::string n = name;
-  std::replace(n.begin(), n.end(), '-', '_');
-  for (const char* p : {"fp32", "tf32", "amp_fp16", "amp_bf16"})
-    if (n == p) return n;
-  RN50_FAIL("--precisions '{}': expected fp32, tf32, amp-fp16 or amp-bf16", name);
-}
-
-/// The precisions `backend` trains in: CUDA all four; the CPU fp32, and amp_bf16 where oneDNN
-/// has bf16 kernels.
-std::vector<std::string> backend_precisions(const std::string& backend) {
-  if (backend == "cuda") return {"fp32", "tf32", "amp_fp16", "amp_bf16"};
+std::vector<Precision> backend_precisions(const std::string& backend) {
+  if (backend == "cuda") return all_precisions();
   if (make_backend(backend)->supports(Op::conv2d, DType::bf16, Layout::NHWC))
-    return {"fp32", "amp_bf16"};
-  return {"fp32"};
+    return {Precision::fp32, Precision::amp_bf16};
+  return {Precision::fp32};
 }
 
-/// The sweep's precisions without --precisions: all of CUDA's; fp32 on the CPU.
-std::vector<std::string> default_precisions(const std::string& backend) {
-  if (backend == "cuda") return backend_precisions(backend);
-  return {"fp32"};
+namespace {
+/// The sweep's precisions without --precisions: CUDA's four DLE modes; fp32 on the CPU.
+std::vector<Precision> default_precisions(const std::string& backend) {
+  if (backend == "cuda")
+    return {Precision::fp32, Precision::tf32, Precision::amp_fp16, Precision::amp_bf16};
+  return {Precision::fp32};
 }
+}  // namespace
 
-TrainConfig sweep_point_config(const TrainConfig& base, const std::string& precision,
-                               int batch_size) {
+Config sweep_point_config(const Config& base, Precision precision, int batch_size) {
   const DeviceChoice dev = resolve_device(base.device);
-  const std::vector<std::string> have = backend_precisions(dev.backend);
+  const std::vector<Precision> have = backend_precisions(dev.backend);
+  std::vector<std::string> names;
+  for (Precision p : have) names.push_back(precision_name(p));
   RN50_CHECK(std::find(have.begin(), have.end(), precision) != have.end(),
              "--precisions {}: the {} backend (--device {}) does not train in it; it has {}{}",
-             precision, dev.backend, base.device, fmt::join(have, ", "),
-             dev.backend == "cuda" ? "" : " (TF32 and fp16 AMP need a CUDA GPU)");
-  TrainConfig c = base;
+             precision_name(precision), dev.backend, base.device, fmt::join(names, ", "),
+             dev.backend == "cuda" ? "" : " (TF32 and fp16 need a CUDA GPU)");
+  Config c = with_precision(base, precision, dev.backend);
   c.batch_size = batch_size;
   c.benchmark = true;
-  c.amp = precision == "amp_fp16" || precision == "amp_bf16";
-  c.amp_dtype = precision == "amp_bf16" ? "bf16" : "fp16";
-  c.no_tf32 = dev.backend == "cuda" && precision == "fp32";
   return c;
 }
 
-json summarize_sweep_point(const std::string& precision, int batch_size,
+json summarize_sweep_point(Precision precision, int batch_size,
                            const std::vector<TrainBenchmarkResult>& runs) {
-  RN50_CHECK(!runs.empty(), "benchmark point {} batch {}: no runs", precision, batch_size);
+  RN50_CHECK(!runs.empty(), "benchmark point {} batch {}: no runs", precision_name(precision),
+             batch_size);
   std::vector<double> ips, per_rank, step_ms;
   double data_s = 0, compute_s = 0;
   int64_t rss = -1, gpu = -1;
@@ -76,7 +69,7 @@ json summarize_sweep_point(const std::string& precision, int batch_size,
   }
   const SampleSummary s = summarize(ips);
   json p;
-  p["precision"] = precision;
+  p["precision"] = precision_name(precision);
   p["batch_size"] = batch_size;
   p["world_size"] = runs.front().world_size;
   p["ips"] = ips;
@@ -120,12 +113,13 @@ json run_train_sweep(const TrainSweepConfig& cfg, std::ostream& out) {
   for (int b : cfg.batch_sizes) RN50_CHECK(b >= 1, "--batch-sizes: {} is not >= 1", b);
   RN50_CHECK(cfg.repeats >= 1, "--repeats {}: must be >= 1", cfg.repeats);
   const DeviceChoice dev = resolve_device(cfg.base.device);
-  std::vector<std::string> precisions;
-  for (const std::string& p : cfg.precisions) precisions.push_back(canonical_precision(p));
+  std::vector<Precision> precisions;
+  for (const std::string& p : cfg.precisions)
+    precisions.push_back(parse_precision(p, "--precisions"));
   if (precisions.empty()) precisions = default_precisions(dev.backend);
   // Every point's configuration checked before the first run: a sweep fails in its first
   // second, not after an hour.
-  for (const std::string& p : precisions)
+  for (Precision p : precisions)
     for (int b : cfg.batch_sizes) validate(sweep_point_config(cfg.base, p, b));
 
   const ProcessInfo proc = ProcessInfo::from_environment();
@@ -152,27 +146,29 @@ json run_train_sweep(const TrainSweepConfig& cfg, std::ostream& out) {
   ProgressLine progress(stderr);
   const int total_runs = static_cast<int>(precisions.size() * cfg.batch_sizes.size()) * cfg.repeats;
   int run = 0;
-  for (const std::string& p : precisions) {
+  for (Precision p : precisions) {
     for (int b : cfg.batch_sizes) {
-      const TrainConfig c = sweep_point_config(cfg.base, p, b);
+      const Config c = sweep_point_config(cfg.base, p, b);
       std::vector<TrainBenchmarkResult> runs;
       for (int r = 0; r < cfg.repeats; ++r) {
         // On a terminal, which run is under way (the result lines below are the log).
         if (log && progress.mode() == ProgressLine::Mode::tty && !cfg.verbose)
           progress.show(fmt::format("bench train: running {} batch {} repeat {}/{} (run {} of {})",
-                                    p, b, r + 1, cfg.repeats, ++run, total_runs),
+                                    precision_name(p), b, r + 1, cfg.repeats, ++run, total_runs),
                         true);
         runs.push_back(benchmark_train(c, cfg.verbose));
         progress.finish();
         if (log)
-          out << fmt::format("bench train: {} batch {} repeat {}/{}: {:.2f} img/s\n", p, b, r + 1,
+          out << fmt::format("bench train: {} batch {} repeat {}/{}: {:.2f} img/s\n",
+                             precision_name(p), b, r + 1,
                              cfg.repeats, runs.back().ips)
               << std::flush;
       }
       json pt = summarize_sweep_point(p, b, runs);
       const json& st = pt["step_time_ms"];
       std::string row = fmt::format(
-          "| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {:.1f} | {:.1f}% | {} |", p, b,
+          "| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {:.1f} | {:.1f}% | {} |",
+          precision_name(p), b,
           proc.world_size, pt["ips_median"].get<double>(), pt["ips_min"].get<double>(),
           pt["ips_max"].get<double>(), st.value("p50", 0.0), st.value("p90", 0.0),
           100 * pt["data_wait_share"].get<double>(), gib(pt["peak_host_rss_bytes"].get<int64_t>()));

@@ -107,31 +107,64 @@ void save_checkpoint(const std::string& dir, ResNet& model, SgdOptimizer& optimi
 
 // ---- resolve / load ----
 
-std::string resolve_checkpoint_dir(const std::string& from, const std::string& last_epoch) {
+namespace {
+
+/// Whether `name` is an epoch folder's name (a non-negative integer of at most 9 digits).
+bool is_epoch_name(const std::string& name) {
+  return !name.empty() && name.size() <= 9 &&
+         name.find_first_not_of("0123456789") == std::string::npos;
+}
+
+/// The newest epoch sub-folder of `dir` holding state.json, or -1.
+long newest_epoch(const fs::path& dir) {
+  long best = -1;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && is_epoch_name(name) && fs::exists(e.path() / kStateFile))
+      best = std::max(best, std::stol(name));
+  }
+  return best;
+}
+
+/// The folder holding the epoch folders: `from` itself (<checkpoint-dir>/<arch>, as rn50 train
+/// writes it) or, for the --checkpoint-dir given to training, its <arch> sub-folder (`arch`
+/// when given, else the only sub-folder holding epoch folders).
+fs::path epochs_folder(const fs::path& from, const std::string& arch) {
+  if (newest_epoch(from) >= 0) return from;
+  if (!arch.empty() && fs::is_directory(from / arch) && newest_epoch(from / arch) >= 0)
+    return from / arch;
+  std::vector<std::string> archs;
+  for (const auto& e : fs::directory_iterator(from))
+    if (e.is_directory() && !is_epoch_name(e.path().filename().string()) &&
+        newest_epoch(e.path()) >= 0)
+      archs.push_back(e.path().filename().string());
+  std::sort(archs.begin(), archs.end());
+  RN50_CHECK(!archs.empty(),
+             "--from-checkpoint '{}': no checkpoint found (expected <dir>/<epoch>/{} or "
+             "<dir>/<arch>/<epoch>/{}, as rn50 train --checkpoint-dir <dir> writes them)",
+             from.string(), kStateFile, kStateFile);
+  RN50_CHECK(archs.size() == 1,
+             "--from-checkpoint '{}' holds checkpoints of {} architectures ({}){}: pass "
+             "'{}/<arch>'",
+             from.string(), archs.size(), fmt::join(archs, ", "),
+             arch.empty() ? std::string() : fmt::format(", none of --arch {}", arch),
+             from.string());
+  return from / archs.front();
+}
+
+}  // namespace
+
+std::string resolve_checkpoint_dir(const std::string& from, const std::string& last_epoch,
+                                   const std::string& arch) {
   RN50_CHECK(fs::is_directory(from), "--from-checkpoint '{}': no such directory", from);
   if (fs::exists(fs::path(from) / kStateFile)) return from;
-  if (last_epoch == "auto" || last_epoch.empty()) {
-    long best = -1;
-    for (const auto& e : fs::directory_iterator(from)) {
-      if (!e.is_directory()) continue;
-      const std::string name = e.path().filename().string();
-      if (name.empty() || name.size() > 9 ||
-          name.find_first_not_of("0123456789") != std::string::npos)
-        continue;
-      if (!fs::exists(e.path() / kStateFile)) continue;
-      best = std::max(best, std::stol(name));
-    }
-    RN50_CHECK(best >= 0,
-               "--from-checkpoint '{}': no epoch folder holding {} found (expected <dir>/<epoch>/"
-               "{} as written by rn50 train)",
-               from, kStateFile, kStateFile);
-    return (fs::path(from) / std::to_string(best)).string();
-  }
-  RN50_CHECK(!last_epoch.empty() && last_epoch.size() <= 9 &&
-                 last_epoch.find_first_not_of("0123456789") == std::string::npos,
+  const fs::path epochs = epochs_folder(from, arch);
+  if (last_epoch == "auto" || last_epoch.empty())
+    return (epochs / std::to_string(newest_epoch(epochs))).string();
+  RN50_CHECK(is_epoch_name(last_epoch),
              "--last-epoch-of-checkpoint '{}': expected 'auto' or an epoch number >= 0",
              last_epoch);
-  const fs::path dir = fs::path(from) / std::to_string(std::stol(last_epoch));
+  const fs::path dir = epochs / std::to_string(std::stol(last_epoch));
   RN50_CHECK(fs::exists(dir / kStateFile),
              "--last-epoch-of-checkpoint {}: '{}' holds no {} (incomplete or missing checkpoint)",
              last_epoch, dir.string(), kStateFile);

@@ -38,7 +38,7 @@ struct CheckpointState {
   uint64_t seed = 0;
   std::string arch;
   std::vector<std::string> classes;
-  nlohmann::ordered_json config;  ///< the resolved TrainConfig as JSON
+  nlohmann::ordered_json config;  ///< the resolved Config as JSON
   std::string version;
   /// AMP fp16 dynamic loss scaling at the end of the epoch (0: not an fp16 run); a resumed fp16
   /// run continues from this scale instead of --scale-loss.
@@ -67,9 +67,14 @@ void save_checkpoint(const std::string& dir, ResNet& model, SgdOptimizer& optimi
                      const CheckpointState& state);
 
 /// Resolves --from-checkpoint `from` and --last-epoch-of-checkpoint `last_epoch` ("auto" or an
-/// integer) to an epoch folder: `from` itself when it holds state.json, else from/<N>, with
-/// "auto" = the largest integer-named sub-folder holding state.json. Throws naming the flag.
-std::string resolve_checkpoint_dir(const std::string& from, const std::string& last_epoch);
+/// integer) to an epoch folder: `from` itself when it holds state.json, else <epochs>/<N>,
+/// with "auto" = the largest integer-named sub-folder holding state.json. <epochs> is `from`
+/// when it holds epoch folders (<checkpoint-dir>/<arch>), else its sub-folder `arch`, or the
+/// only sub-folder holding epoch folders (`from` is the --checkpoint-dir given to training;
+/// `arch` empty = whichever it is). Throws naming the flag when nothing matches, or when
+/// `from` holds several architectures' checkpoints and `arch` picks none.
+std::string resolve_checkpoint_dir(const std::string& from, const std::string& last_epoch,
+                                   const std::string& arch = "");
 
 /// Reads state.json of an epoch folder.
 CheckpointState read_checkpoint_state(const std::string& dir);

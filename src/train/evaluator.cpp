@@ -28,6 +28,18 @@ void allreduce_metric_sums(Communicator& comm, MetricSums& sums, int64_t& bad) {
   bad = static_cast<int64_t>(v[5]);
 }
 
+void set_val_fields(ReportRecord& r, const EvalResult& ev) {
+  r.set("val.loss", ev.loss);
+  r.set("val.top1", ev.top1);
+  r.set("val.top5", ev.top5);
+  r.set("val.ips", ev.ips);
+  r.set("val.images", ev.images);
+  r.set("val.bad_samples", ev.bad_samples);
+  r.set("val.data_time", ev.data_time);
+  r.set("val.compute_time", ev.compute_time);
+  r.set("val.batch_time", ev.batch_time);
+}
+
 EvalResult evaluate(ResNet& model, Backend& backend, DataSource& source, double label_smoothing,
                     int print_interval, int epoch, Communicator* comm, const Normalization& norm) {
   const ModelOptions& o = model.options();
@@ -73,7 +85,10 @@ EvalResult evaluate(const EvalForward& forward, int64_t num_classes, Layout layo
   const int64_t nb = source.batches_per_epoch();
   Batch b;
   int64_t i = 0;
-  while (source.next(b)) {
+  double data_s = 0;  // waiting for batches
+  for (auto tw = ThroughputMeter::Clock::now(); source.next(b);
+       tw = ThroughputMeter::Clock::now()) {
+    data_s += seconds_between(tw, ThroughputMeter::Clock::now());
     ++i;
     if (comm) comm->heartbeat();
     if (b.size <= 0) continue;
@@ -113,6 +128,11 @@ EvalResult evaluate(const EvalForward& forward, int64_t num_classes, Layout layo
   r.top5 = sums.top5_pct();
   r.ips = r.seconds > 0 ? static_cast<double>(r.images) / r.seconds : 0.0;
   r.bad_samples = bad;
+  if (i > 0) {
+    r.batch_time = r.seconds / static_cast<double>(i);
+    r.data_time = data_s / static_cast<double>(i);
+    r.compute_time = r.batch_time - r.data_time;
+  }
   return r;
 }
 

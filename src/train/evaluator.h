@@ -4,9 +4,10 @@
 #include <cstdint>
 #include <functional>
 
+#include "core/report.h"
 #include "rn50/backend.h"
 #include "rn50/data.h"
-#include "rn50/dist.h"
+#include "rn50/parallel.h"
 #include "rn50/model.h"
 #include "train/metrics.h"
 
@@ -20,7 +21,15 @@ struct EvalResult {
   int64_t images = 0;  ///< samples evaluated (each batch counted by Batch::size)
   double seconds = 0;
   int64_t bad_samples = 0;
+  /// Mean seconds per batch (DLE's val.data_time, val.compute_time, val.batch_time): waiting
+  /// for the batch, the rest of the batch (upload, forward, loss; the host's view: on GPUs the
+  /// device's work shows in the batches that read results back), and the whole batch.
+  double data_time = 0, compute_time = 0, batch_time = 0;
 };
+
+/// The val.* fields of a report record from an evaluation pass: val.loss, val.top1, val.top5,
+/// val.ips, val.images, val.bad_samples, val.data_time, val.compute_time, val.batch_time.
+void set_val_fields(ReportRecord& r, const EvalResult& ev);
 
 /// Sums `sums` (loss sum, sample counts, top-1/top-5 correct) and `bad` over every rank in one
 /// host allreduce, in place; exact for the counts (doubles hold integers up to 2^53).

@@ -35,4 +35,15 @@ double LrSchedule::at(int64_t step) const {
   return 0.5 * base_lr * (1.0 + std::cos(std::numbers::pi * (st - warmup_steps) / span));
 }
 
+LrSchedule lr_schedule(const Config& cfg, int64_t steps_per_epoch) {
+  const int64_t global_batch = static_cast<int64_t>(cfg.batch_size) * cfg.world_size;
+  LrSchedule s = LrSchedule::make(cfg.lr, global_batch, cfg.warmup_epochs, cfg.epochs,
+                                  steps_per_epoch);
+  s.policy = cfg.lr_scheduler;
+  s.warmup_start_lr = cfg.warmup_start_lr * static_cast<double>(global_batch) / 256.0;
+  s.decay_epochs = cfg.lr_decay_epochs;
+  s.decay_rate = cfg.lr_decay_rate;
+  return s;
+}
+
 }  // namespace rn50

@@ -6,6 +6,8 @@
 // and step decays at the first step of each decay epoch.
 #pragma once
 
+#include "rn50/config.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -37,5 +39,10 @@ struct LrSchedule {
   ///   step      base * rate^k, k = decay epochs <= step / steps_per_epoch
   double at(int64_t step) const;
 };
+
+/// The lr schedule of `cfg` (--lr per 256 images scaled to the global batch --batch-size x
+/// world size, --warmup-epochs, --warmup-start-lr, --lr-scheduler and its decay flags) for
+/// `steps_per_epoch` steps per epoch.
+LrSchedule lr_schedule(const Config& cfg, int64_t steps_per_epoch);
 
 }  // namespace rn50

@@ -24,7 +24,7 @@
 #include <memory>
 
 #include "rn50/backend.h"
-#include "rn50/dist.h"
+#include "rn50/parallel.h"
 #include "rn50/model.h"
 #include "model/input_stage.h"
 #include "train/optimizer.h"

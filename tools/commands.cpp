@@ -1,0 +1,221 @@
+// rn50: each command run from its resolved Config (tools/commands.h): the Config turned into
+// the library call's own options — the only place a command's flags meet its consumer.
+#include "commands.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "config/config.h"
+#include "core/check.h"
+#include "rn50/bench.h"
+#include "rn50/data.h"
+#include "rn50/predict.h"
+#include "rn50/inference.h"
+#include "rn50/report.h"
+#include "rn50/train.h"
+#include "train/checkpoint.h"
+
+namespace rn50::cli {
+
+namespace {
+
+bool given(const Config& c, const char* flag) { return c.given.count(flag) > 0; }
+
+PredictConfig predict_config(const Config& c) {
+  PredictConfig p;
+  p.weights = c.from_pretrained_params;
+  p.model_dir = c.model_dir;
+  // From the weights unless given: the architecture, the classes, the eval transform.
+  p.arch = given(c, "--arch") ? c.arch : std::string();
+  p.num_classes = c.num_classes;
+  p.classes_tsv = c.classes_tsv;
+  p.json = c.json;
+  p.resize_short = given(c, "--resize-short") ? c.resize_short : 0;
+  p.crop_size = given(c, "--crop-size") ? c.crop_size : 0;
+  p.top_k = c.top_k;
+  p.device = c.device;
+  p.precision = c.precision;
+  p.images = c.images;
+  return p;
+}
+
+ExportConfig export_config(const Config& c) {
+  RN50_CHECK(c.from_checkpoint.empty() != c.from_pretrained_params.empty(),
+             "rn50 export: pass one of --from-checkpoint and --from-pretrained-params");
+  RN50_CHECK(!c.output.empty(), "rn50 export: pass --output DIR, the folder to write");
+  RN50_CHECK(!given(c, "--last-epoch-of-checkpoint") || !c.from_checkpoint.empty(),
+             "--last-epoch-of-checkpoint has no effect here: it picks the epoch folder of "
+             "--from-checkpoint; add --from-checkpoint");
+  ExportConfig e;
+  e.arch = given(c, "--arch") ? c.arch : std::string();
+  e.num_classes = c.num_classes;
+  e.resize_short = c.resize_short;
+  e.crop_size = c.crop_size;
+  e.norm = normalization(c);
+  e.output = c.output;
+  e.precision = c.precision.empty() ? std::string("fp32") : c.precision;
+  e.calib_root = c.image_root;
+  e.calib_images = c.calib_images;
+  e.calib_method = c.calib_method;
+  e.calib_percentile = c.calib_percentile;
+  for (const char* flag : {"--image-root", "--calib-images", "--calib-method",
+                           "--calib-percentile"})
+    if (given(c, flag)) e.calib_flags.push_back(flag);
+  e.formats = c.export_formats;
+  if (e.formats.empty())
+    e.formats = onnx_export_available() ? std::vector<std::string>{"rn50", "onnx"}
+                                        : std::vector<std::string>{"rn50"};
+  e.weights = c.from_pretrained_params;
+  if (!c.from_checkpoint.empty()) {
+    const std::string dir =
+        resolve_checkpoint_dir(c.from_checkpoint, c.last_epoch_of_checkpoint, e.arch);
+    const CheckpointState st = read_checkpoint_state(dir);
+    e.weights = (std::filesystem::path(dir) / st.model_file).string();
+    e.classes = st.classes;
+    if (e.arch.empty()) e.arch = st.arch;
+    // The normalisation the model was trained with (checkpoints before the flags existed
+    // hold none: ImageNet's), unless given here.
+    for (const char* key : {"normalize_mean", "normalize_std"}) {
+      const bool mean = std::string(key) == "normalize_mean";
+      if (!st.config.contains(key) || given(c, mean ? "--normalize-mean" : "--normalize-std"))
+        continue;
+      const auto v = st.config[key].get<std::vector<double>>();
+      RN50_CHECK(v.size() == 3, "'{}': state.json config {} has {} values, expected 3", dir, key,
+                 v.size());
+      auto& dst = mean ? e.norm.mean : e.norm.std;
+      for (int k = 0; k < 3; ++k) dst[k] = static_cast<float>(v[k]);
+    }
+  }
+  return e;
+}
+
+/// check-data: class list to stdout / --output, summary and one line per problem to stderr.
+/// Returns 0 when the dataset is fine, 1 otherwise.
+int check_data(const Config& c) {
+  RN50_CHECK(!c.image_root.empty(), "rn50 check-data: pass --image-root DIR, the folder holding "
+                                    "train/ and val/");
+  DataCheckOptions o;
+  o.decode = !c.header_only;
+  o.workers = c.workers;
+  const DataCheckReport r = check_dataset(c.image_root, o);
+  if (!r.classes.empty()) {
+    std::ofstream f;
+    if (!c.output.empty()) {
+      f.open(c.output);
+      RN50_CHECK(f.good(), "--output '{}': cannot open for writing", c.output);
+    }
+    std::ostream& out = c.output.empty() ? std::cout : f;
+    for (const std::string& cls : r.classes) out << cls << '\n';
+    RN50_CHECK(out.good(), "cannot write the class list");
+  }
+  std::fprintf(stderr,
+               "check-data: %zu classes; train/ %lld images, val/ %lld images; %lld files %s, "
+               "%zu unreadable\n",
+               r.classes.size(), static_cast<long long>(r.train_images),
+               static_cast<long long>(r.val_images), static_cast<long long>(r.checked_files),
+               o.decode ? "decoded" : "header-checked", r.unreadable.size());
+  for (const DataProblem& p : r.problems)
+    std::fprintf(stderr, "error: [%s] %s\n", p.kind.c_str(), p.message.c_str());
+  if (!r.ok()) {
+    std::fprintf(stderr, "check-data: %zu problem(s) in '%s'\n", r.problems.size(),
+                 c.image_root.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "check-data: '%s' is ready for training\n", c.image_root.c_str());
+  return 0;
+}
+
+/// bench loader: prints the JSON line (and appends it to --report-file).
+int bench_loader_command(const Config& c) {
+  RN50_CHECK(!c.image_root.empty(), "rn50 bench loader: pass --image-root DIR, the folder "
+                                    "holding train/ and val/");
+  LoaderBenchConfig b;
+  b.image_root = c.image_root;
+  b.split = c.split == "train" ? Split::train : Split::val;
+  b.loader = loader_options(c, ProcessInfo{});
+  b.loader.bad_files_path.clear();
+  b.batches = c.batches;
+  b.warmup_batches = c.warmup_batches;
+  b.report_file = c.report_file;
+  std::printf("%s\n", bench_loader(b).json.c_str());
+  return 0;
+}
+
+TrainSweepConfig sweep_config(const Config& c) {
+  TrainSweepConfig s;
+  s.base = c;
+  s.base.report_file.clear();  // --report-file is the sweep's JSON, not each run's report
+  s.batch_sizes = c.batch_sizes;
+  s.precisions = c.precisions;
+  s.repeats = c.repeats;
+  s.report_file = c.report_file;
+  s.verbose = c.verbose;
+  return s;
+}
+
+InferBenchConfig infer_bench_config(const Config& c) {
+  const bool weights = !c.from_pretrained_params.empty() || !c.model_dir.empty();
+  InferBenchConfig b;
+  b.arch = !weights || given(c, "--arch") ? c.arch : std::string();
+  b.num_classes = c.num_classes > 0 ? c.num_classes : (weights ? 0 : 1000);
+  b.weights = c.from_pretrained_params;
+  b.model_dir = c.model_dir;
+  b.seed = c.seed;
+  b.batch_sizes = c.batch_sizes;
+  b.crop_size = c.crop_size;
+  b.steps = c.benchmark_steps;
+  b.warmup_steps = c.benchmark_warmup_steps;
+  b.engine.device = c.device;
+  b.engine.precision = c.precision;
+  b.report_file = c.report_file;
+  b.report_format = c.report_format;
+  b.data = c.data == DataKind::imagefolder ? c.image_root : std::string("synthetic");
+  RN50_CHECK(c.data == DataKind::synthetic || !c.image_root.empty(),
+             "rn50 bench infer --data imagefolder: pass --image-root DIR (its val/ images are "
+             "classified first)");
+  b.resize_short = given(c, "--resize-short") ? c.resize_short : 0;
+  b.predictions_file = c.predictions_file;
+  b.exact_decode = c.exact_decode;
+  return b;
+}
+
+int report_command(const Config& c) {
+  RN50_CHECK(!c.results.empty(), "rn50 report: give the result files to read");
+  const ReportInputs in = load_report_inputs(c.results);
+  const std::vector<ReportTable> tables = build_report(in, c.reference);
+  const std::string text = render_report(tables, c.table_format);
+  if (c.output.empty()) {
+    std::cout << text;
+  } else {
+    std::ofstream f(c.output);
+    f << text;
+    RN50_CHECK(f.good(), "--output '{}': cannot write", c.output);
+  }
+  if (!c.plot.empty())
+    for (const std::string& p : write_report_plots(tables, c.plot))
+      std::cerr << "report: wrote " << p << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int run(Command command, const Config& c) {
+  if (command != kTrain && command != kEval) check_flags(c, command);  // validate() does theirs
+  switch (command) {
+    case kTrain: return run_train(c);
+    case kEval: return run_eval(c);
+    case kPredict: return run_predict(predict_config(c), std::cout, std::cerr);
+    case kExport: run_export(export_config(c), std::cout); return 0;
+    case kCheckData: return check_data(c);
+    case kBenchLoader: return bench_loader_command(c);
+    case kBenchTrain: run_train_sweep(sweep_config(c), std::cout); return 0;
+    case kBenchInfer: bench_infer(infer_bench_config(c), std::cout); return 0;
+    case kReport: return report_command(c);
+  }
+  return 2;
+}
+
+}  // namespace rn50::cli
