@@ -178,13 +178,22 @@ run_tests() {
   cd build-gpu && RN50_REQUIRE=$REQUIRE ctest -j 8 --output-on-failure --timeout 600
 }
 
+# The CUDA cases of the op harness (tests/test_ops_*.cpp on op_backend_fixture.h) alone.
+cuda_ops() {
+  local t rc=0
+  for t in conv_bn eltwise_pool_linear loss optimizer input_memory; do
+    ./build-gpu/test_ops_$t --gtest_filter='*cuda*:*Cuda*' || rc=1
+  done
+  return $rc
+}
+
 sanitize() {
   [ -n "$SANITIZER" ] || { echo "compute-sanitizer: absent"; return 0; }
   local f='*Conv2d*/cuda_*:*BatchNorm*/cuda_*'
-  "$SANITIZER" --tool memcheck --error-exitcode 3 ./build-gpu/test_ops_backends \
+  "$SANITIZER" --tool memcheck --error-exitcode 3 ./build-gpu/test_ops_conv_bn \
     --gtest_filter="$f"
   local a=$?
-  "$SANITIZER" --tool racecheck --error-exitcode 3 ./build-gpu/test_ops_backends \
+  "$SANITIZER" --tool racecheck --error-exitcode 3 ./build-gpu/test_ops_conv_bn \
     --gtest_filter="$f"
   local b=$?
   echo "memcheck rc=$a racecheck rc=$b"
@@ -269,7 +278,7 @@ infer() {
   return $rc
 }
 
-export -f build run_tests sanitize
+export -f build run_tests cuda_ops sanitize
 export ARCHS SANITIZER nv_roots
 say "gpu-check $(git rev-parse --short HEAD 2> /dev/null) stages $STAGES on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2> /dev/null || echo 'no GPU')"
 for s in ${STAGES//,/ }; do
@@ -287,7 +296,7 @@ for s in ${STAGES//,/ }; do
       rc=$?; [ $rc = 0 ] || failed=1
       say "ctest: rc $rc, $(grep -E 'tests passed|tests failed' "$LOG/ctest.log" | tail -1)"
       grep -E '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)' "$LOG/ctest.log" | sed 's/^/  /' | tee -a "$summary"
-      step cuda_ops 150 ./build-gpu/test_ops_backends --gtest_filter='*cuda*:*Cuda*' || failed=1
+      step cuda_ops 150 cuda_ops || failed=1
       say "cuda op harness: $(grep -E '^\[  (PASSED|FAILED) ' "$LOG/cuda_ops.log" | tr '\n' ' ')"
       step sanitizer 150 sanitize
       say "compute-sanitizer: $(tail -1 "$LOG/sanitizer.log")" ;;

@@ -1,6 +1,7 @@
 // oneDNN backend: primitive-cache behaviour (a repeated same-shape call is a cache hit and
 // creates nothing) and a few ops against straightforward double-precision loops written here,
-// in NCHW and NHWC. The exhaustive comparison against the "ref" backend is test_ops_backends.
+// in NCHW and NHWC. The exhaustive comparison against the "ref" backend is the op harness
+// (op_backend_fixture.h, test_ops_conv_bn.cpp and its siblings).
 // The first-call vs steady-state timing of a ResNet-50 3x3 conv is a benchmark:
 // bench/bench_micro.cpp (build/rn50_bench_micro --benchmark_filter=Conv).
 #include <gtest/gtest.h>

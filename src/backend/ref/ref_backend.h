@@ -1,5 +1,6 @@
 // rn50 reference backend ("ref"): naive, obviously-correct host loops with float64 accumulation.
-// It is the oracle of the op tests (tests/test_ops_backends.cpp) and of the model parity tests.
+// It is the oracle of the op tests (tests/test_ops_*.cpp, tests/op_backend_fixture.h) and of the
+// model parity tests.
 //
 //  * Device: cpu. All tensors must be host tensors.
 //  * Compute dtypes: f32, f64, f16 and bf16 for every floating operand (operands may mix, e.g.

@@ -1,0 +1,177 @@
+// Op harness (see op_backend_fixture.h), convolution and batch normalisation: conv2d forward,
+// backward data and backward weights over ResNet-50 shapes (1x1, 3x3 stride 1 and 2, the 7x7
+// stride-2 stem with 3 input channels, odd sizes and channel counts) with the weights in both
+// layouts; batchnorm training forward (y, saved and running statistics), inference forward and
+// backward, each with and without the fused ReLU. Every backend but "ref" against "ref".
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "op_backend_fixture.h"
+#include "rn50/backend.h"
+
+namespace rn50::test {
+namespace {
+
+// ---------------------------------------------------------------- convolution
+
+const ConvShape kConvShapes[] = {
+    {"1x1 s1 (bottleneck reduce)", 2, 64, 14, 14, 32, 1, 1, 0},
+    {"1x1 s1 (bottleneck expand)", 2, 32, 7, 7, 128, 1, 1, 0},
+    {"1x1 s2 (downsample, odd)", 2, 64, 15, 15, 96, 1, 2, 0},
+    {"3x3 s1 p1 (odd)", 2, 32, 13, 13, 32, 3, 1, 1},
+    {"3x3 s2 p1 (v1.5 stride, odd)", 2, 32, 15, 15, 48, 3, 2, 1},
+    {"3x3 s2 p1 (even)", 2, 16, 16, 16, 24, 3, 2, 1},
+    {"3x3 s1 p1 (odd channels)", 1, 17, 9, 11, 19, 3, 1, 1},
+    {"7x7 s2 p3 (stem, C=3)", 2, 3, 33, 33, 64, 7, 2, 3},
+    {"7x7 s2 p3 (stem, even)", 2, 3, 32, 32, 16, 7, 2, 3},
+};
+
+std::string conv_name(const ConvShape& s) {
+  return std::string(s.name) + " N" + std::to_string(s.N) + " C" + std::to_string(s.C) + " " +
+         std::to_string(s.H) + "x" + std::to_string(s.W) + " K" + std::to_string(s.K);
+}
+
+TEST_P(OpsBackend, Conv2dFwd) {
+  REQUIRE_OP(Op::conv2d);
+  for (const ConvShape& s : kConvShapes) {
+    SCOPED_TRACE(conv_name(s));
+    const double ws = 1.0 / std::sqrt(double(s.C * s.R * s.R));
+    Tensor x = rand({s.N, s.C, s.H, s.W}), w = rand({s.K, s.C, s.R, s.R}, -ws, ws);
+    const Conv2dParams p{s.stride, s.pad};
+    Tensor yr = rout({s.N, s.K, s.OH(), s.OW()});
+    ref().conv2d_fwd(p, rin(x, dt(), lay()), rin(w, dt(), NCHW), yr);
+    for (Layout wl : weight_layouts()) {
+      Tensor y = out({s.N, s.K, s.OH(), s.OW()}, dt(), lay());
+      be().conv2d_fwd(p, up(x, dt(), lay()), up(w, dt(), wl), y);
+      check(std::string("conv2d_fwd y (weights ") + layout_name(wl) + ")", y, yr, tol(kConv));
+    }
+  }
+}
+
+TEST_P(OpsBackend, Conv2dBwdData) {
+  REQUIRE_OP(Op::conv2d);
+  for (const ConvShape& s : kConvShapes) {
+    SCOPED_TRACE(conv_name(s));
+    const double ws = 1.0 / std::sqrt(double(s.C * s.R * s.R));
+    Tensor dy = rand({s.N, s.K, s.OH(), s.OW()}), w = rand({s.K, s.C, s.R, s.R}, -ws, ws);
+    const Conv2dParams p{s.stride, s.pad};
+    Tensor dxr = rout({s.N, s.C, s.H, s.W});
+    ref().conv2d_bwd_data(p, rin(dy, dt(), lay()), rin(w, dt(), NCHW), dxr);
+    for (Layout wl : weight_layouts()) {
+      Tensor dx = out({s.N, s.C, s.H, s.W}, dt(), lay());
+      be().conv2d_bwd_data(p, up(dy, dt(), lay()), up(w, dt(), wl), dx);
+      check(std::string("conv2d_bwd_data dx (weights ") + layout_name(wl) + ")", dx, dxr,
+            tol(kConv));
+    }
+  }
+}
+
+TEST_P(OpsBackend, Conv2dBwdWeights) {
+  REQUIRE_OP(Op::conv2d);
+  for (const ConvShape& s : kConvShapes) {
+    SCOPED_TRACE(conv_name(s));
+    Tensor x = rand({s.N, s.C, s.H, s.W}), dy = rand({s.N, s.K, s.OH(), s.OW()});
+    const Conv2dParams p{s.stride, s.pad};
+    Tensor dwr = rout({s.K, s.C, s.R, s.R});
+    ref().conv2d_bwd_weights(p, rin(x, dt(), lay()), rin(dy, dt(), lay()), dwr);
+    for (Layout wl : weight_layouts()) {
+      Tensor dw = out({s.K, s.C, s.R, s.R}, dt(), wl);
+      be().conv2d_bwd_weights(p, up(x, dt(), lay()), up(dy, dt(), lay()), dw);
+      check(std::string("conv2d_bwd_weights dw (weights ") + layout_name(wl) + ")", dw, dwr,
+            tol(kConv));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- batch normalisation
+
+struct BnShape {
+  int64_t N, C, H, W;
+};
+const BnShape kBnShapes[] = {{2, 64, 7, 7}, {2, 256, 3, 3}, {4, 24, 5, 5}, {1, 16, 9, 11}};
+
+std::string bn_name(const BnShape& s, bool relu) {
+  return "(" + std::to_string(s.N) + "," + std::to_string(s.C) + "," + std::to_string(s.H) + "," +
+         std::to_string(s.W) + ") relu " + (relu ? "on" : "off");
+}
+
+TEST_P(OpsBackend, BatchNormFwdTrain) {
+  REQUIRE_OP(Op::batchnorm);
+  for (const BnShape& s : kBnShapes)
+    for (bool relu : {false, true}) {
+      SCOPED_TRACE(bn_name(s, relu));
+      BatchNormParams p;
+      p.relu = relu;
+      // Mean offset 0.5 so that one-pass variance formulas are exercised.
+      Tensor x = rand({s.N, s.C, s.H, s.W}, -0.5, 1.5), g = rand({s.C}, 0.5, 1.5);
+      Tensor b = rand({s.C}, -0.5, 0.5), rm0 = rand({s.C}, -0.2, 0.2), rv0 = rand({s.C}, 0.5, 2);
+      Tensor rm = up(rm0, F32, NCHW), rv = up(rv0, F32, NCHW);
+      Tensor y = out(x.shape(), dt(), lay()), sm = out({s.C}, F32), sv = out({s.C}, F32);
+      be().batchnorm_fwd_train(p, up(x, dt(), lay()), up(g, F32, NCHW), up(b, F32, NCHW), rm, rv, y,
+                               sm, sv);
+      Tensor rmr = rin(rm0, F32, NCHW), rvr = rin(rv0, F32, NCHW);
+      Tensor yr = rout(x.shape()), smr = rout({s.C}), svr = rout({s.C});
+      ref().batchnorm_fwd_train(p, rin(x, dt(), lay()), rin(g, F32, NCHW), rin(b, F32, NCHW), rmr,
+                                rvr, yr, smr, svr);
+      check("batchnorm_fwd_train y", y, yr, tol(kBnFwd));
+      check("batchnorm_fwd_train save_mean", sm, smr, tol(kBnFwd));
+      check("batchnorm_fwd_train save_var", sv, svr, tol(kBnFwd));
+      check("batchnorm_fwd_train running_mean", rm, rmr, tol(kBnFwd));
+      check("batchnorm_fwd_train running_var", rv, rvr, tol(kBnFwd));
+    }
+}
+
+TEST_P(OpsBackend, BatchNormFwdInfer) {
+  REQUIRE_OP(Op::batchnorm);
+  for (const BnShape& s : kBnShapes)
+    for (bool relu : {false, true}) {
+      SCOPED_TRACE(bn_name(s, relu));
+      BatchNormParams p;
+      p.relu = relu;
+      Tensor x = rand({s.N, s.C, s.H, s.W}), g = rand({s.C}, 0.5, 1.5), b = rand({s.C});
+      Tensor rm = rand({s.C}, -0.3, 0.3), rv = rand({s.C}, 0.3, 2);
+      Tensor y = out(x.shape(), dt(), lay());
+      be().batchnorm_fwd_infer(p, up(x, dt(), lay()), up(g, F32, NCHW), up(b, F32, NCHW),
+                               up(rm, F32, NCHW), up(rv, F32, NCHW), y);
+      Tensor yr = rout(x.shape());
+      ref().batchnorm_fwd_infer(p, rin(x, dt(), lay()), rin(g, F32, NCHW), rin(b, F32, NCHW),
+                                rin(rm, F32, NCHW), rin(rv, F32, NCHW), yr);
+      check("batchnorm_fwd_infer y", y, yr, tol(kBnFwd));
+    }
+}
+
+TEST_P(OpsBackend, BatchNormBwd) {
+  REQUIRE_OP(Op::batchnorm);
+  for (const BnShape& s : kBnShapes)
+    for (bool relu : {false, true}) {
+      SCOPED_TRACE(bn_name(s, relu));
+      BatchNormParams p;
+      p.relu = relu;
+      Tensor x = rand({s.N, s.C, s.H, s.W}, -0.5, 1.5), g = rand({s.C}, 0.5, 1.5);
+      Tensor b = rand({s.C}, -0.5, 0.5), dy = rand(x.shape());
+      // Forward on the reference (on the rounded x); both sides get the same y and stats.
+      Tensor rm = Tensor::zeros({s.C}, F64), rv = Tensor::zeros({s.C}, F64);
+      Tensor y64 = rout(x.shape()), sm64 = rout({s.C}), sv64 = rout({s.C});
+      ref().batchnorm_fwd_train(p, rin(x, dt(), NCHW), rin(g, F32, NCHW), rin(b, F32, NCHW), rm, rv,
+                                y64, sm64, sv64);
+      Tensor y = host32(y64), sm = host32(sm64), sv = host32(sv64);
+      Tensor dx = out(x.shape(), dt(), lay()), dg = out({s.C}, F32), db = out({s.C}, F32);
+      be().batchnorm_bwd(p, up(x, dt(), lay()), up(y, dt(), lay()), up(dy, dt(), lay()),
+                         up(g, F32, NCHW), up(sm, F32, NCHW), up(sv, F32, NCHW), dx, dg, db);
+      Tensor dxr = rout(x.shape()), dgr = rout({s.C}), dbr = rout({s.C});
+      ref().batchnorm_bwd(p, rin(x, dt(), lay()), rin(y, dt(), lay()), rin(dy, dt(), lay()),
+                          rin(g, F32, NCHW), rin(sm, F32, NCHW), rin(sv, F32, NCHW), dxr, dgr, dbr);
+      check("batchnorm_bwd dx", dx, dxr, tol(kBnBwd));
+      check("batchnorm_bwd dgamma", dg, dgr, tol(kBnBwd));
+      check("batchnorm_bwd dbeta", db, dbr, tol(kBnBwd));
+    }
+}
+
+RN50_INSTANTIATE_OPS_BACKEND();
+
+}  // namespace
+}  // namespace rn50::test
