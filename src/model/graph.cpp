@@ -234,11 +234,23 @@ double forward_flops(const NetworkDesc& d, int64_t h, int64_t w) {
   double macs = 0;
   for (size_t i = 0; i < d.layers.size(); ++i) {
     const Layer& l = d.layers[i];
-    if (l.kind == LayerKind::conv)
-      macs += static_cast<double>(l.conv.out_channels) * static_cast<double>(l.conv.in_channels) *
-              l.conv.kernel * l.conv.kernel * static_cast<double>(s[i][2] * s[i][3]);
-    else if (l.kind == LayerKind::fc)
-      macs += static_cast<double>(l.channels) * static_cast<double>(d.feature_channels);
+    switch (l.kind) {
+      case LayerKind::conv:
+        macs += static_cast<double>(l.conv.out_channels) *
+                static_cast<double>(l.conv.in_channels) * l.conv.kernel * l.conv.kernel *
+                static_cast<double>(s[i][2] * s[i][3]);
+        break;
+      case LayerKind::fc:
+        macs += static_cast<double>(l.channels) * static_cast<double>(d.feature_channels);
+        break;
+      case LayerKind::input:
+      case LayerKind::batchnorm:
+      case LayerKind::relu:
+      case LayerKind::add:
+      case LayerKind::maxpool:
+      case LayerKind::global_avgpool:
+        break;  // not counted (torchvision's convention)
+    }
   }
   return 2 * macs;
 }
