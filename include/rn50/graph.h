@@ -10,7 +10,8 @@
 //   state dicts     parameter and buffer names, shapes and torchvision's state_dict order;
 //   and, as they are built, inference (BN folding), ONNX export, fake quantisation and 2:4
 //   sparsity masks. A new layer kind is added here (LayerKind, describe()), then taught to each
-//   walker that must handle it (each rejects kinds it does not know with an Error).
+//   walker (docs/architecture.md lists them): each switches over every kind, with no default,
+//   and the build's -Werror=switch fails at any walker that does not list the new one.
 //
 // Architecture (torchvision/models/resnet.py, DLE resnet.py): stem conv 7x7/2 + BN + ReLU +
 // maxpool 3x3/2; four stages of blocks (widths 64, 128, 256, 512; BasicBlock expansion 1,
