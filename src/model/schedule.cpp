@@ -252,7 +252,6 @@ void ResNet::Impl::plan(int64_t n, int64_t h, int64_t w) {
   std::vector<std::vector<int64_t>> qshape(quantizers.size());  // QAT: quantized copies
   for (size_t q = 0; q < quantizers.size(); ++q) {
     qshape[q] = shape[static_cast<size_t>(quantizers[q].layer)];
-    if (static_cast<int>(q) == input_quant) qshape[q][1] = desc.input_channels;
     if (!quantizers[q].residual) act_total += round16(numel_of(qshape[q]));
   }
   act_total += num_scratch_slots * scratch_elems;
