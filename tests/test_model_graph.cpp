@@ -127,6 +127,22 @@ TEST(NetworkDesc, ShapesAndFlops) {
   EXPECT_THROW(describe(arch_from_name("resnet50"), 0), Error);
 }
 
+// The input layer carries the description's input channels, and layer_shapes gives them.
+TEST(NetworkDesc, InputChannels) {
+  const NetworkDesc d3 = describe(arch_from_name("resnet50"), 1000);
+  const NetworkDesc d4 = describe(arch_from_name("resnet50"), 1000, 4);
+  EXPECT_EQ(d3.layers.front().channels, 3);
+  EXPECT_EQ(d4.layers.front().channels, 4);
+  EXPECT_EQ(d4.layers[static_cast<size_t>(d4.layer("conv1"))].conv.in_channels, 4);
+  EXPECT_EQ(layer_shapes(d3, 2, 64, 48).front(), (std::vector<int64_t>{2, 3, 64, 48}));
+  EXPECT_EQ(layer_shapes(d4, 2, 64, 48).front(), (std::vector<int64_t>{2, 4, 64, 48}));
+  EXPECT_EQ(layer_shapes(d4, 2, 64, 48).back(), layer_shapes(d3, 2, 64, 48).back());
+  // The stem conv's zero channel is counted: 64 x 7 x 7 multiply-adds at each 112 x 112 output.
+  EXPECT_DOUBLE_EQ(forward_flops(d4, 224, 224) - forward_flops(d3, 224, 224),
+                   2.0 * 64 * 7 * 7 * 112 * 112);
+  EXPECT_THROW(describe(arch_from_name("resnet50"), 1000, 5), Error);
+}
+
 // The training schedule walked from the description needs 3 gradient slots and 2 scratch slots
 // for every architecture (the memory of the hand-written schedule it replaced).
 TEST(NetworkDesc, ScheduleMemoryPlan) {

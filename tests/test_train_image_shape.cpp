@@ -6,6 +6,7 @@
 //    slice on load) gives the 3-channel model's logits and gradients (to f32 rounding: the
 //    convolution sums one more zero product), and its state_dict drops back to the 3-channel
 //    weights exactly;
+//  * the same under QAT (the input quantizer's copy has the input layer's 4 channels);
 //  * a training run with --image-shape 4,32,32 checkpoints a [64, 4, 7, 7] conv1.weight, resumes
 //    and evaluates only with the same --image-shape, evaluation going through the RGB inference
 //    engine.
@@ -133,6 +134,31 @@ TEST(ImageShape, FourChannelModelEqualsRgbModel) {
     const std::vector<double> z4 = host_values(*be, four.forward(in4.x(), true));
     EXPECT_LE(max_rel(z4, z3), 1e-5) << "the zero channel adds nothing";
   }
+}
+
+// QAT quantizes the network input in a copy shaped as the input layer (4 channels here: the
+// schedule takes its shape from layer_shapes). On the reference backend (float64 sums, to
+// which the zero channel adds exactly nothing) the logits are the RGB QAT model's, bit for bit.
+TEST(ImageShape, FourChannelQatModelEqualsRgbModel) {
+  auto be = make_backend("ref");
+  ModelOptions m3;
+  m3.num_classes = 10;
+  m3.qat = true;
+  ModelOptions m4 = m3;
+  m4.input_channels = 4;
+  ResNet rgb(*be, kNet, m3), four(*be, kNet, m4);
+  rgb.init(5);
+  std::map<std::string, Tensor> sd;
+  for (auto& [k, t] : rgb.state_dict()) sd.emplace(k, t);
+  four.load_state_dict(sd);
+  const Batch b = random_batch(2, 32, 10, 11);
+  InputStage in3(*be, Layout::NHWC, DType::f32, 10, 1),
+      in4(*be, Layout::NHWC, DType::f32, 10, 1, {}, false, 4);
+  in3.load(b);
+  in4.load(b);
+  const std::vector<double> z3 = host_values(*be, rgb.forward(in3.x(), true));
+  const std::vector<double> z4 = host_values(*be, four.forward(in4.x(), true));
+  EXPECT_EQ(z4, z3);
 }
 
 TEST(ImageShape, TrainCheckpointResumeAndEval) {

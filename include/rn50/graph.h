@@ -10,7 +10,8 @@
 //   state dicts     parameter and buffer names, shapes and torchvision's state_dict order;
 //   and, as they are built, inference (BN folding), ONNX export, fake quantisation and 2:4
 //   sparsity masks. A new layer kind is added here (LayerKind, describe()), then taught to each
-//   walker that must handle it (each rejects kinds it does not know with an Error).
+//   walker (docs/architecture.md lists them): each switches over every kind, with no default,
+//   and the build's -Werror=switch fails at any walker that does not list the new one.
 //
 // Architecture (torchvision/models/resnet.py, DLE resnet.py): stem conv 7x7/2 + BN + ReLU +
 // maxpool 3x3/2; four stages of blocks (widths 64, 128, 256, 512; BasicBlock expansion 1,
@@ -97,7 +98,7 @@ struct Layer {
   /// Indices of the layers whose outputs this layer reads: none for input; add: (branch,
   /// shortcut); one for every other kind.
   std::vector<int> inputs;
-  int64_t channels = 0;  ///< output channels (fc: classes)
+  int64_t channels = 0;  ///< output channels (fc: classes; input: NetworkDesc::input_channels)
   ConvSpec conv;         ///< kind == conv
   PoolSpec pool;         ///< kind == maxpool
   /// Indices into NetworkDesc::params: conv {weight}; batchnorm {weight (gamma), bias (beta)};
@@ -121,7 +122,7 @@ struct StateDictEntry {
 struct NetworkDesc {
   ArchSpec arch;
   int num_classes = 0;
-  int64_t input_channels = 3;    ///< channels of the network input (the stem conv's)
+  int64_t input_channels = 3;    ///< channels of the network input and of its layer (layers[0])
   int64_t feature_channels = 0;  ///< channels into the fc (2048 for ResNet-50)
   /// Topological order = torchvision's forward order: layers[0] is the input, the last is fc.
   /// A Bottleneck's layers: conv1 bn1 relu1 conv2 bn2 relu2 conv3 bn3 [downsample.0 .1] add relu3.
@@ -141,19 +142,21 @@ struct NetworkDesc {
 /// Expands `arch` with a `num_classes`-way fc into its description. Throws rn50::Error when
 /// num_classes < 1 or a stage has no blocks.
 /// input_channels: 3 (RGB), or 4 (DLE --image-shape 4,H,W: RGB plus a zero fourth channel, the
-/// NHWC alignment of DLE's Paddle/MXNet inputs; the stem conv then has 4 input channels).
+/// NHWC alignment of DLE's Paddle/MXNet inputs): the input layer's channels and the stem conv's
+/// input channels.
 NetworkDesc describe(const ArchSpec& arch, int num_classes, int64_t input_channels = 3);
 
-/// The output shape of every layer (indexed as desc.layers) for an (n, 3, h, w) input:
-/// (N, C, H, W) up to the last block, (N, C) for the global average pool and the fc. Output
-/// sizes follow torch: (in + 2 pad - kernel) / stride + 1. Throws rn50::Error naming the
-/// architecture when the input is too small for a layer.
+/// The output shape of every layer (indexed as desc.layers) for an (n, desc.input_channels, h, w)
+/// input, which is the input layer's shape: (N, C, H, W) up to the last block, (N, C) for the
+/// global average pool and the fc. Output sizes follow torch: (in + 2 pad - kernel) / stride + 1.
+/// Throws rn50::Error naming the architecture when the input is too small for a layer.
 std::vector<std::vector<int64_t>> layer_shapes(const NetworkDesc& desc, int64_t n, int64_t h,
                                                int64_t w);
 
-/// Floating-point operations of one forward pass of one (3, h, w) image: 2 x the
-/// multiply-adds of every conv and the fc (BN, ReLU, add and pooling are not counted, as in
-/// torchvision's published "GFLOPS", which are multiply-adds: 4.09 G for resnet50 at 224).
+/// Floating-point operations of one forward pass of one (desc.input_channels, h, w) image: 2 x
+/// the multiply-adds of every conv and the fc (BN, ReLU, add and pooling are not counted, as in
+/// torchvision's published "GFLOPS", which are multiply-adds: 4.09 G for resnet50 at 224). With
+/// 4 input channels the stem conv's zero channel is counted (the 4-channel conv computes it).
 /// Training costs about 3x this (forward, backward-data, backward-weights).
 double forward_flops(const NetworkDesc& desc, int64_t h, int64_t w);
 

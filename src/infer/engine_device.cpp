@@ -42,12 +42,19 @@ class DeviceEngine final : public InferenceEngine {
     const Layout wl = be_->preferred_weight_layout(Layout::NHWC);
     for (const InferOp& op : prog_.ops) {
       Weights w;
-      if (op.kind == InferOp::Kind::conv || op.kind == InferOp::Kind::fc) {
-        const Layout l = op.kind == InferOp::Kind::conv ? wl : Layout::NCHW;
-        w.weight = be_->alloc(op.weight.shape(), dt_, l);
-        be_->copy(op.weight, w.weight);  // OIHW f32 host -> the backend's layout and dtype
-        w.bias = be_->alloc(op.bias.shape(), dt_);
-        be_->copy(op.bias, w.bias);
+      switch (op.kind) {
+        case InferOp::Kind::conv:
+        case InferOp::Kind::fc: {
+          const Layout l = op.kind == InferOp::Kind::conv ? wl : Layout::NCHW;
+          w.weight = be_->alloc(op.weight.shape(), dt_, l);
+          be_->copy(op.weight, w.weight);  // OIHW f32 host -> the backend's layout and dtype
+          w.bias = be_->alloc(op.bias.shape(), dt_);
+          be_->copy(op.bias, w.bias);
+          break;
+        }
+        case InferOp::Kind::maxpool:
+        case InferOp::Kind::global_avgpool:
+          break;  // no weights
       }
       weights_.push_back(std::move(w));
     }

@@ -62,22 +62,22 @@ InferenceProgram fold_network(const NetworkDesc& d, const std::map<std::string, 
 
   for (int i = 0; i < n; ++i) {
     const Layer& l = d.layers[static_cast<size_t>(i)];
-    if (l.kind == LayerKind::input) continue;
-    if (l.kind == LayerKind::add) {
-      auto it = waiting_for_add.find(i);
-      RN50_CHECK(it != waiting_for_add.end(),
-                 "inference: residual add '{}' does not follow a conv + BatchNorm", l.name);
-      emit(std::move(it->second));
-      waiting_for_add.erase(it);
-      continue;
-    }
-    if (absorbed[static_cast<size_t>(i)]) continue;
+    if (absorbed[static_cast<size_t>(i)]) continue;  // a BN or ReLU fused into its conv
     InferOp op;
     op.name = l.name;
-    op.input = l.inputs.at(0);
     switch (l.kind) {
+      case LayerKind::input: continue;  // value 0
+      case LayerKind::add: {
+        auto it = waiting_for_add.find(i);
+        RN50_CHECK(it != waiting_for_add.end(),
+                   "inference: residual add '{}' does not follow a conv + BatchNorm", l.name);
+        emit(std::move(it->second));
+        waiting_for_add.erase(it);
+        continue;
+      }
       case LayerKind::conv: {
         op.kind = InferOp::Kind::conv;
+        op.input = l.inputs.at(0);
         op.conv = l.conv;
         const ParamInfo& w = param(l, 0);
         op.weight = clone(get(sd, w.name, w.shape));
@@ -137,15 +137,18 @@ InferenceProgram fold_network(const NetworkDesc& d, const std::map<std::string, 
       }
       case LayerKind::maxpool:
         op.kind = InferOp::Kind::maxpool;
+        op.input = l.inputs.at(0);
         op.pool = l.pool;
         op.output = i;
         break;
       case LayerKind::global_avgpool:
         op.kind = InferOp::Kind::global_avgpool;
+        op.input = l.inputs.at(0);
         op.output = i;
         break;
       case LayerKind::fc: {
         op.kind = InferOp::Kind::fc;
+        op.input = l.inputs.at(0);
         op.weight = clone(get(sd, param(l, 0).name, param(l, 0).shape));
         op.bias = clone(get(sd, param(l, 1).name, param(l, 1).shape));
         op.output = i;
@@ -161,8 +164,6 @@ InferenceProgram fold_network(const NetworkDesc& d, const std::map<std::string, 
             "inference: ReLU '{}' does not follow a conv (+ BatchNorm [+ add]); it cannot "
             "be fused",
             l.name);
-      default:
-        RN50_FAIL("inference: layer '{}' ({}) is not supported", l.name, layer_kind_name(l.kind));
     }
     emit(std::move(op));
   }

@@ -79,18 +79,24 @@ void save_inference_model(const InferenceModel& m, const std::string& dir) {
     o["name"] = op.name;
     o["input"] = op.input;
     o["output"] = op.output;
-    if (op.kind == InferOp::Kind::conv) {
-      o["residual"] = op.residual;
-      o["relu"] = op.relu;
-      o["conv"] = {{"in_channels", op.conv.in_channels},
-                   {"out_channels", op.conv.out_channels},
-                   {"kernel", op.conv.kernel},
-                   {"stride", op.conv.stride},
-                   {"pad", op.conv.pad}};
-      o["folded_bn"] = op.folded_bn;
+    switch (op.kind) {
+      case InferOp::Kind::conv:
+        o["residual"] = op.residual;
+        o["relu"] = op.relu;
+        o["conv"] = {{"in_channels", op.conv.in_channels},
+                     {"out_channels", op.conv.out_channels},
+                     {"kernel", op.conv.kernel},
+                     {"stride", op.conv.stride},
+                     {"pad", op.conv.pad}};
+        o["folded_bn"] = op.folded_bn;
+        break;
+      case InferOp::Kind::maxpool:
+        o["pool"] = {{"kernel", op.pool.kernel}, {"stride", op.pool.stride}, {"pad", op.pool.pad}};
+        break;
+      case InferOp::Kind::global_avgpool:
+      case InferOp::Kind::fc:
+        break;  // no attributes (the fc's shape is the program's num_classes, feature_channels)
     }
-    if (op.kind == InferOp::Kind::maxpool)
-      o["pool"] = {{"kernel", op.pool.kernel}, {"stride", op.pool.stride}, {"pad", op.pool.pad}};
     if (op.weight.defined()) {
       tensors.emplace_back(op.name + ".weight", op.weight);
       tensors.emplace_back(op.name + ".bias", op.bias);

@@ -92,10 +92,19 @@ std::vector<bool> int8_values(const InferenceProgram& p) {
   for (const InferOp& op : p.ops) {
     // QAT ranges: the stem conv and the fc's input too (the engine runs them on the trained
     // grid); calibrated models keep the stem conv, the average pool and the fc in float.
-    if (op.kind == InferOp::Kind::fc && p.qat_ranges) q.at(static_cast<size_t>(op.input)) = true;
-    if (op.kind != InferOp::Kind::conv || (op.input == 0 && !p.qat_ranges)) continue;
-    for (int v : {op.input, op.residual, op.output})
-      if (v >= 0) q.at(static_cast<size_t>(v)) = true;
+    switch (op.kind) {
+      case InferOp::Kind::conv:
+        if (op.input == 0 && !p.qat_ranges) break;
+        for (int v : {op.input, op.residual, op.output})
+          if (v >= 0) q.at(static_cast<size_t>(v)) = true;
+        break;
+      case InferOp::Kind::fc:
+        if (p.qat_ranges) q.at(static_cast<size_t>(op.input)) = true;
+        break;
+      case InferOp::Kind::maxpool:
+      case InferOp::Kind::global_avgpool:
+        break;  // nothing of their own: the convs reading or writing their values mark them
+    }
   }
   return q;
 }

@@ -31,11 +31,11 @@ class Builder {
  public:
   explicit Builder(NetworkDesc& d) : d_(d) {}
 
-  int input() {
+  int input(int64_t channels) {
     Layer l;
     l.kind = LayerKind::input;
     l.name = "input";
-    l.channels = 3;
+    l.channels = channels;
     return push(std::move(l));
   }
   int conv(const std::string& name, int in, int64_t c, int64_t k, int kernel, int stride,
@@ -126,7 +126,7 @@ NetworkDesc describe(const ArchSpec& arch, int num_classes, int64_t input_channe
   Builder b(d);
 
   // Stem: conv1 7x7/2 pad 3, bn1, relu, maxpool 3x3/2 pad 1.
-  int cur = b.input();
+  int cur = b.input(input_channels);
   cur = b.conv("conv1", cur, input_channels, 64, 7, 2, 3);
   cur = b.bn("bn1", cur);
   cur = b.simple(LayerKind::relu, "relu", {cur});
@@ -191,8 +191,8 @@ int NetworkDesc::layer(const std::string& name) const {
 
 std::vector<std::vector<int64_t>> layer_shapes(const NetworkDesc& d, int64_t n, int64_t h,
                                                int64_t w) {
-  RN50_CHECK(n >= 1 && h >= 1 && w >= 1, "{}: input (N,3,H,W) = ({},3,{},{}) must be positive",
-             d.arch.name, n, h, w);
+  RN50_CHECK(n >= 1 && h >= 1 && w >= 1, "{}: input (N,C,H,W) = ({},{},{},{}) must be positive",
+             d.arch.name, n, d.input_channels, h, w);
   std::vector<std::vector<int64_t>> s(d.layers.size());
   auto window = [&](const Layer& l, int64_t in, int kernel, int stride, int pad) {
     const int64_t out = (in + 2 * pad - kernel) / stride + 1;
@@ -206,7 +206,7 @@ std::vector<std::vector<int64_t>> layer_shapes(const NetworkDesc& d, int64_t n, 
     const Layer& l = d.layers[i];
     const std::vector<int64_t>* in = l.inputs.empty() ? nullptr : &s[static_cast<size_t>(l.inputs[0])];
     switch (l.kind) {
-      case LayerKind::input: s[i] = {n, 3, h, w}; break;
+      case LayerKind::input: s[i] = {n, l.channels, h, w}; break;
       case LayerKind::conv:
         s[i] = {n, l.channels, window(l, (*in)[2], l.conv.kernel, l.conv.stride, l.conv.pad),
                 window(l, (*in)[3], l.conv.kernel, l.conv.stride, l.conv.pad)};
@@ -234,11 +234,23 @@ double forward_flops(const NetworkDesc& d, int64_t h, int64_t w) {
   double macs = 0;
   for (size_t i = 0; i < d.layers.size(); ++i) {
     const Layer& l = d.layers[i];
-    if (l.kind == LayerKind::conv)
-      macs += static_cast<double>(l.conv.out_channels) * static_cast<double>(l.conv.in_channels) *
-              l.conv.kernel * l.conv.kernel * static_cast<double>(s[i][2] * s[i][3]);
-    else if (l.kind == LayerKind::fc)
-      macs += static_cast<double>(l.channels) * static_cast<double>(d.feature_channels);
+    switch (l.kind) {
+      case LayerKind::conv:
+        macs += static_cast<double>(l.conv.out_channels) *
+                static_cast<double>(l.conv.in_channels) * l.conv.kernel * l.conv.kernel *
+                static_cast<double>(s[i][2] * s[i][3]);
+        break;
+      case LayerKind::fc:
+        macs += static_cast<double>(l.channels) * static_cast<double>(d.feature_channels);
+        break;
+      case LayerKind::input:
+      case LayerKind::batchnorm:
+      case LayerKind::relu:
+      case LayerKind::add:
+      case LayerKind::maxpool:
+      case LayerKind::global_avgpool:
+        break;  // not counted (torchvision's convention)
+    }
   }
   return 2 * macs;
 }

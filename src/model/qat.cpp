@@ -39,7 +39,12 @@ std::vector<ActQuantizer> activation_quantizers(const NetworkDesc& d) {
         want(sc, block + "residual_quantizer", true);
         break;
       }
-      default:
+      case LayerKind::input:
+      case LayerKind::batchnorm:
+      case LayerKind::relu:
+      case LayerKind::maxpool:
+        // No quantizer on their inputs: the input layer has none, BN and ReLU run inside the
+        // conv's unit, and the max pool's output is quantized instead (max commutes with it).
         break;
     }
   }

@@ -109,7 +109,17 @@ ResNet::ResNet(Backend& backend, ArchSpec arch, ModelOptions opt)
   int64_t stat_elems = 0;
   for (size_t li = 0; li < d.layers.size(); ++li) {
     const Layer& l = d.layers[li];
-    if (l.kind != LayerKind::batchnorm) continue;
+    switch (l.kind) {
+      case LayerKind::batchnorm: break;
+      case LayerKind::input:
+      case LayerKind::conv:
+      case LayerKind::relu:
+      case LayerKind::add:
+      case LayerKind::maxpool:
+      case LayerKind::global_avgpool:
+      case LayerKind::fc:
+        continue;  // no running buffers
+    }
     model_detail::BnState bn;
     bn.layer = static_cast<int>(li);
     bn.channels = l.channels;

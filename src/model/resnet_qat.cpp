@@ -70,10 +70,16 @@ void ResNet::Impl::build_qat() {
   qat_weights = be.alloc({desc.num_params}, opt.compute_dtype);
   be.zero(qat_weights);
   for (Step& s : steps) {
-    if (s.kind == StepKind::unit)
-      s.wq = layout_view(qat_weights, s.conv_param);
-    else if (s.kind == StepKind::fc)
-      s.wq = layout_view(qat_weights, desc.layers[static_cast<size_t>(s.layer)].params[0]);
+    switch (s.kind) {
+      case StepKind::unit: s.wq = layout_view(qat_weights, s.conv_param); break;
+      case StepKind::fc:
+        s.wq = layout_view(qat_weights, desc.layers[static_cast<size_t>(s.layer)].params[0]);
+        break;
+      case StepKind::join:
+      case StepKind::maxpool:
+      case StepKind::avgpool:
+        break;  // no weight
+    }
   }
 }
 

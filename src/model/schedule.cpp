@@ -135,9 +135,12 @@ void ResNet::Impl::build_schedule() {
         s.kind = StepKind::fc;
         s.layer = static_cast<int>(li);
         break;
-      default:
-        RN50_FAIL("{}: the training schedule cannot run layer '{}' ({}) on its own", d.arch.name,
-                  l.name, layer_kind_name(l.kind));
+      case LayerKind::batchnorm:
+      case LayerKind::relu:
+        // Reached only when not fused into the unit or join before it.
+        RN50_FAIL("{}: the training schedule cannot run layer '{}' ({}) on its own (it runs a "
+                  "batchnorm after its conv, a relu after a conv + batchnorm or an add)",
+                  d.arch.name, l.name, layer_kind_name(l.kind));
     }
     for (size_t k = 0; k < l.inputs.size(); ++k) s.in.push_back(input_value(l, k));
     const int id = static_cast<int>(steps.size());
@@ -151,9 +154,15 @@ void ResNet::Impl::build_schedule() {
 
   // Which outputs backward reads: the inputs of units, pools and the fc, and the outputs whose
   // backward needs them (a fused ReLU's mask, a join's mask, the maxpool's argmax).
-  for (Step& s : steps)
-    s.saved = s.kind == StepKind::join || s.kind == StepKind::maxpool ||
-              (s.kind == StepKind::unit && s.relu) || s.kind == StepKind::fc;
+  for (Step& s : steps) {
+    switch (s.kind) {
+      case StepKind::unit: s.saved = s.relu; break;     // the ReLU's mask
+      case StepKind::join: s.saved = true; break;       // the ReLU's mask
+      case StepKind::maxpool: s.saved = true; break;    // the maxima, read by maxpool2d_bwd
+      case StepKind::fc: s.saved = true; break;         // the logits, read by the loss
+      case StepKind::avgpool: s.saved = false; break;   // its backward reads no output
+    }
+  }
   for (const Step& s : steps)
     if (s.kind != StepKind::join)
       for (int v : s.in)
@@ -176,21 +185,29 @@ void ResNet::Impl::build_schedule() {
 
   // Slab views of each unit's parameters and the fc's.
   for (Step& s : steps) {
-    if (s.kind == StepKind::unit) {
-      s.w = compute_param_view(s.conv_param);
-      s.dw = compute_grad_view(s.conv_param);
-      s.wq = s.w;
-      s.gamma = param_view(s.gamma_param);
-      s.dgamma = grad_view(s.gamma_param);
-      s.beta = param_view(s.beta_param);
-      s.dbeta = grad_view(s.beta_param);
-    } else if (s.kind == StepKind::fc) {
-      const Layer& fc = d.layers[static_cast<size_t>(s.layer)];
-      s.w = compute_param_view(fc.params[0]);
-      s.dw = compute_grad_view(fc.params[0]);
-      s.wq = s.w;
-      s.beta = compute_param_view(fc.params[1]);   // the fc bias
-      s.dbeta = compute_grad_view(fc.params[1]);
+    switch (s.kind) {
+      case StepKind::unit:
+        s.w = compute_param_view(s.conv_param);
+        s.dw = compute_grad_view(s.conv_param);
+        s.wq = s.w;
+        s.gamma = param_view(s.gamma_param);
+        s.dgamma = grad_view(s.gamma_param);
+        s.beta = param_view(s.beta_param);
+        s.dbeta = grad_view(s.beta_param);
+        break;
+      case StepKind::fc: {
+        const Layer& fc = d.layers[static_cast<size_t>(s.layer)];
+        s.w = compute_param_view(fc.params[0]);
+        s.dw = compute_grad_view(fc.params[0]);
+        s.wq = s.w;
+        s.beta = compute_param_view(fc.params[1]);   // the fc bias
+        s.dbeta = compute_grad_view(fc.params[1]);
+        break;
+      }
+      case StepKind::join:
+      case StepKind::maxpool:
+      case StepKind::avgpool:
+        break;  // no parameters
     }
   }
 
@@ -235,7 +252,6 @@ void ResNet::Impl::plan(int64_t n, int64_t h, int64_t w) {
   std::vector<std::vector<int64_t>> qshape(quantizers.size());  // QAT: quantized copies
   for (size_t q = 0; q < quantizers.size(); ++q) {
     qshape[q] = shape[static_cast<size_t>(quantizers[q].layer)];
-    if (static_cast<int>(q) == input_quant) qshape[q][1] = desc.input_channels;
     if (!quantizers[q].residual) act_total += round16(numel_of(qshape[q]));
   }
   act_total += num_scratch_slots * scratch_elems;
@@ -481,12 +497,19 @@ const Tensor& ResNet::forward(const Tensor& x, bool train) {
   m.x_in = x;
   if (m.opt.qat) {
     // Fake-quantized weights from the f32 master weights (per output channel), then the input.
-    for (Step& s : m.steps)
-      if (s.kind == StepKind::unit)
-        m.be.fake_quant_weight(m.param_view(s.conv_param), s.wq);
-      else if (s.kind == StepKind::fc)
-        m.be.fake_quant_weight(m.param_view(m.desc.layers[static_cast<size_t>(s.layer)].params[0]),
-                               s.wq);
+    for (Step& s : m.steps) {
+      switch (s.kind) {
+        case StepKind::unit: m.be.fake_quant_weight(m.param_view(s.conv_param), s.wq); break;
+        case StepKind::fc:
+          m.be.fake_quant_weight(
+              m.param_view(m.desc.layers[static_cast<size_t>(s.layer)].params[0]), s.wq);
+          break;
+        case StepKind::join:
+        case StepKind::maxpool:
+        case StepKind::avgpool:
+          break;  // no weight
+      }
+    }
     if (m.input_quant >= 0) {
       const auto q = static_cast<size_t>(m.input_quant);
       m.be.fake_quant_act(x, m.qat_states[q], train, m.qat_values[q]);
