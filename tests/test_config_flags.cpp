@@ -21,7 +21,9 @@ TEST(ConfigFlags, NamesAndKeysAreDerivedAndUniquePerCommand) {
     EXPECT_EQ(commands_of[f.name] & f.commands, 0u) << "two entries for one command";
     commands_of[f.name] |= f.commands;
     std::string k = f.positional ? f.name : f.name.substr(2);
-    if (!f.positional) EXPECT_EQ(f.name.rfind("--", 0), 0u);
+    if (!f.positional) {
+      EXPECT_EQ(f.name.rfind("--", 0), 0u);
+    }
     for (char& c : k) c = c == '-' ? '_' : c;
     EXPECT_EQ(f.key, k);
     EXPECT_FALSE(f.help.empty());

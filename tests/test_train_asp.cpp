@@ -1,4 +1,4 @@
-// 2:4 sparse training (--asp --prune-model --mask-algo, src/train/trainer.cpp setup_sparsity and
+// 2:4 sparse training (--asp --prune-model --mask-algo, src/train/session.cpp setup_sparsity and
 // SgdOptimizer's masks):
 //  * the optimiser's per-parameter masks round-trip through state_dict() under "asp_mask." keys
 //    in torchvision's layout, and masked weights and momentum are exactly zero after steps

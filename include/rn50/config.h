@@ -311,7 +311,7 @@ struct Config {
   /// --show-config: print the resolved configuration (every flag, its value, set or default)
   /// before running.
   bool show_config = false;
-  /// The flags given on the command line ("--lr", ...), filled by the CLI (src/train/flags.h).
+  /// The flags given on the command line ("--lr", ...), filled by the CLI (src/config/flags.h).
   /// validate() refuses a given flag that has no effect in the configuration (e.g. --scale-loss
   /// without fp16 --amp); configurations built in code leave it empty.
   std::set<std::string> given;

@@ -1,4 +1,4 @@
-// rn50 train --config FILE: flags from a file (train/flags.h, apply_config_file).
+// rn50 train --config FILE: flags from a file (config/flags.h, apply_config_file).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>

@@ -197,7 +197,9 @@ Problem<double> in_range(double lo, double hi, bool hi_open) {
 }
 
 Problem<double> positive() {
-  return [](const double& v) { return v > 0 ? std::string() : std::string("must be a number > 0"); };
+  return [](const double& v) {
+    return v > 0 ? std::string() : std::string("must be a number > 0");
+  };
 }
 
 }  // namespace rn50::flag_kinds

@@ -28,13 +28,15 @@ const char* precision_name(Precision p) {
 
 Precision parse_precision(const std::string& name, const std::string& flag) {
   std::string n = name;
-  for (char& c : n) c = c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char& c : n)
+    c = c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   std::vector<std::string> names;
   for (Precision p : all_precisions()) {
     if (n == precision_name(p)) return p;
     names.push_back(precision_name(p));
   }
-  RN50_FAIL("{} '{}': expected one of {} (or with '-' for '_')", flag, name, fmt::join(names, ", "));
+  RN50_FAIL("{} '{}': expected one of {} (or with '-' for '_')", flag, name,
+            fmt::join(names, ", "));
 }
 
 DType compute_dtype(Precision p) {

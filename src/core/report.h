@@ -45,7 +45,7 @@ struct ReportRecordType {
   std::string written;  ///< when and by what a line of this type is written
   std::vector<ReportField> fields;
   /// The record also carries every `rn50 train` flag under its config key (config lines):
-  /// those are typed by the flag table (src/train/flags.cpp), not here.
+  /// those are typed by the flag table (src/config/flag_table.cpp), not here.
   bool carries_flags = false;
 
   /// The field named `name`, or nullptr.

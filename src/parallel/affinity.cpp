@@ -189,8 +189,8 @@ std::vector<int> cores_for_local_rank(int local_rank, int local_size) {
              "cores_for_local_rank: local rank {} is not in [0, {})", local_rank, local_size);
   std::vector<int> allowed = parallel::process_cpus();
   if (cores_bound_by_launcher() || allowed.empty()) return allowed;
-  return parallel::share_of_cores(allowed, local_rank, local_size, parallel::gpu_node_cpus(local_size),
-                              parallel::sysfs_place);
+  return parallel::share_of_cores(allowed, local_rank, local_size,
+                                  parallel::gpu_node_cpus(local_size), parallel::sysfs_place);
 }
 
 std::string bind_to_cores(const std::vector<int>& cores) {
