@@ -17,6 +17,12 @@ namespace {
 
 const std::string kCli = RN50_CLI;
 
+/// The --show-config row of `flag` in `out` ("" when absent).
+std::string config_row(const std::string& out, const std::string& flag) {
+  const size_t at = out.find(flag + " ");
+  return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+}
+
 struct BadCase {
   std::string args;
   std::string expect;  // substring of the output
@@ -179,10 +185,7 @@ TEST(CliFlags, ConfigFileThenCommandLine) {
                         &out),
             0)
       << out;
-  auto row = [&](const std::string& flag) {
-    const size_t at = out.find(flag + " ");
-    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
-  };
+  auto row = [&](const std::string& flag) { return config_row(out, flag); };
   EXPECT_NE(row("--batch-size").find("set"), std::string::npos) << row("--batch-size");
   EXPECT_NE(row("--batch-size").find("2"), std::string::npos) << row("--batch-size");
   EXPECT_NE(row("--arch").find("config"), std::string::npos) << row("--arch");
@@ -312,10 +315,7 @@ TEST(CliFlags, DleSpellingsEndToEnd) {
                         &out),
             0)
       << out;
-  auto row = [&](const std::string& flag) {
-    const size_t at = out.find(flag + " ");
-    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
-  };
+  auto row = [&](const std::string& flag) { return config_row(out, flag); };
   EXPECT_NE(row("--arch").find("resnet18"), std::string::npos) << row("--arch");
   EXPECT_NE(row("--arch").find("set"), std::string::npos) << row("--arch");
   EXPECT_NE(row("--data").find("synthetic"), std::string::npos) << row("--data");

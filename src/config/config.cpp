@@ -2,12 +2,12 @@
 
 #include <fmt/format.h>
 
-#include <cctype>
 #include <cmath>
 
 #include "core/check.h"
 #include "rn50/backend.h"
 #include "rn50/model.h"
+#include "config/flag_kinds.h"
 #include "config/flags.h"
 
 namespace rn50 {
@@ -22,8 +22,7 @@ const char* run_scope_name(RunScope s) {
 }
 
 RunScope parse_run_scope(const std::string& s) {
-  std::string l = s;
-  for (char& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string l = flag_kinds::lower(s);
   if (l == "train_eval") return RunScope::train_eval;
   if (l == "train_only") return RunScope::train_only;
   if (l == "eval_only") return RunScope::eval_only;
@@ -35,8 +34,7 @@ const char* data_kind_name(DataKind k) {
 }
 
 DataKind parse_data_kind(const std::string& s) {
-  std::string l = s;
-  for (char& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string l = flag_kinds::lower(s);
   if (l == "imagefolder") return DataKind::imagefolder;
   if (l == "synthetic") return DataKind::synthetic;
   RN50_FAIL("--data '{}': expected imagefolder or synthetic{}", s,
