@@ -199,7 +199,7 @@ std::vector<ReportRecordType> make_schema() {
   s.push_back(std::move(infer));
 
   ReportRecordType acc{"infer_accuracy",
-                       "by `rn50 bench infer --data IMAGE_ROOT`: the engine's accuracy over "
+                       "by `rn50 bench infer --image-root IMAGE_ROOT`: the engine's accuracy over "
                        "<IMAGE_ROOT>/val with the eval transform, before the timing lines",
                        {},
                        false};
