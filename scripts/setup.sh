@@ -15,13 +15,18 @@
 # user) load the exported model with: onnx.checker and OpenCV DNN.
 #
 # Plots: rn50 report --plot draws with tools/plot_report.py through python3-matplotlib.
+#
+# Serving: rn50 serve is built on cpp-httplib (libcpp-httplib-dev). Its tests check /metrics
+# with promtool (the prometheus package ships it) and drive the web page in headless Chromium
+# (chromium, chromium-driver, python3-selenium); bench/serve_load.sh loads it with hey.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config
       libdnnl-dev ocl-icd-opencl-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
       nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
       libopenmpi-dev openmpi-bin libonnx-dev libprotobuf-dev
       python3-torch python3-torchvision python3-numpy python3-pil python3-onnx python3-opencv
-      python3-matplotlib)
+      python3-matplotlib
+      libcpp-httplib-dev prometheus hey chromium chromium-driver python3-selenium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,7 +7,9 @@
 // Kinds: data (../shared/data/imagenette, ../shared/peers), torch (python() with torch,
 // torchvision, PIL and numpy), mpi (mpirun found at configure time), onnx (python() with
 // onnx and cv2: Debian python3-onnx, python3-opencv), plot (python() with matplotlib:
-// Debian python3-matplotlib), gpu (a usable CUDA device).
+// Debian python3-matplotlib), gpu (a usable CUDA device), serve (promtool: Debian's prometheus),
+// browser (/usr/bin/chromium, chromedriver and python() with selenium: Debian's chromium,
+// chromium-driver, python3-selenium).
 #pragma once
 
 #include <gtest/gtest.h>

@@ -15,6 +15,7 @@
 #include "rn50/predict.h"
 #include "rn50/inference.h"
 #include "rn50/report.h"
+#include "rn50/serve.h"
 #include "rn50/train.h"
 #include "train/checkpoint.h"
 
@@ -200,6 +201,31 @@ int report_command(const Config& c) {
   return 0;
 }
 
+int serve_command(const Config& c) {
+#ifdef RN50_HAVE_SERVE
+  ServeOptions o;
+  o.models = c.serve_models;
+  o.model_repository = c.model_repository;
+  o.host = c.host;
+  o.port = c.port;
+  o.device = c.device;
+  o.precision = c.precision;
+  o.max_batch_size = c.max_batch_size;
+  o.max_queue_delay_us = c.max_queue_delay_us;
+  o.instances = c.instances;
+  o.max_queue_size = c.max_queue_size;
+  o.request_timeout_ms = c.request_timeout_ms;
+  o.max_request_bytes = c.max_request_bytes;
+  o.decode_threads = c.decode_threads;
+  o.log_requests = c.log_requests;
+  return run_serve(o);
+#else
+  (void)c;
+  RN50_FAIL("rn50 serve is not built: CMake did not find cpp-httplib; install libcpp-httplib-dev "
+            "(bash scripts/setup.sh does) and rebuild");
+#endif
+}
+
 }  // namespace
 
 int run(Command command, const Config& c) {
@@ -214,6 +240,7 @@ int run(Command command, const Config& c) {
     case kBenchTrain: run_train_sweep(sweep_config(c), std::cout); return 0;
     case kBenchInfer: bench_infer(infer_bench_config(c), std::cout); return 0;
     case kReport: return report_command(c);
+    case kServe: return serve_command(c);
   }
   return 2;
 }

@@ -1,5 +1,6 @@
 // rn50: the command line.
 //   rn50 train | eval | predict | export | check-data | bench loader|train|infer | report [flags]
+//   rn50 serve --model DIR ... | --model-repository DIR [--port 8000] [flags]
 // Every command's flags come from one table (src/config/flags.h): names and spellings follow
 // NVIDIA DeepLearningExamples (PaddlePaddle RN50 v1.5 train.py where it has them), values are
 // read as DLE writes them (True/False, Cosine, NHWC, FP32), their meanings are documented on
@@ -175,6 +176,9 @@ const char* description(Command c) {
     case rn50::kBenchInfer:
       return "inference throughput and latency (avg, p50, p90, p95, p99) per batch size, with "
              "the inference engine (BN folded, fused post-ops)";
+    case rn50::kServe:
+      return "serve exported models over KServe's Open Inference Protocol v2 (Triton's REST "
+             "API) with dynamic batching, Prometheus metrics (/metrics) and a web page (/)";
     case rn50::kReport:
       return "tables from result files: throughput (median, spread), speedup over one device "
              "and scaling efficiency, precision speedup, time to train 90 ImageNet epochs, "
@@ -207,7 +211,7 @@ int main(int argc, char** argv) {
   const unsigned cmd = command_of(argc, argv, &words);
   if (cmd == 0 && argc > 1 && argv[1][0] != '-' && std::string(argv[1]) != "bench") {
     std::cerr << "error: unknown command '" << argv[1] << "' (expected train, eval, predict, "
-              << "export, check-data, bench or report; see " << argv[0] << " --help)\n";
+              << "export, check-data, bench, report or serve; see " << argv[0] << " --help)\n";
     return 2;
   }
   std::vector<std::string> args(argv, argv + argc);

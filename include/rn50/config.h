@@ -297,6 +297,22 @@ struct Config {
   /// --verbose: print every run's progress lines too.
   bool verbose = false;
 
+  // ---- serve (rn50/serve.h, ServeOptions: the meaning of each) ----
+  /// serve --model: exported model folders, each served under its folder's name.
+  std::vector<std::string> serve_models;
+  /// serve --model-repository: a folder of exported model folders.
+  std::string model_repository;
+  std::string host = "127.0.0.1";        ///< serve --host
+  int port = 8000;                       ///< serve --port (0: any free port)
+  int max_batch_size = 32;               ///< serve --max-batch-size
+  int64_t max_queue_delay_us = 2000;     ///< serve --max-queue-delay-us
+  int instances = 1;                     ///< serve --instances
+  int max_queue_size = 256;              ///< serve --max-queue-size (0: unbounded)
+  int64_t request_timeout_ms = 0;        ///< serve --request-timeout-ms (0: none)
+  int64_t max_request_bytes = int64_t(64) << 20;  ///< serve --max-request-bytes
+  int decode_threads = 0;                ///< serve --decode-threads (0: the cores)
+  bool log_requests = false;             ///< serve --log-requests
+
   // ---- report ----
   /// report: the result files (positional): bench train sweeps, report files, bench infer lines.
   std::vector<std::string> results;

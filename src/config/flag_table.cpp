@@ -1,6 +1,6 @@
 // rn50: the flag table (config/flags.h) — one entry per flag of every command. The commands
 // that take a flag are its bit mask: T train, E eval, BT bench train, BI bench infer, BL bench
-// loader, P predict, X export, CD check-data, R report.
+// loader, P predict, X export, CD check-data, R report, S serve.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -17,7 +17,7 @@ namespace {
 using namespace flag_kinds;
 using C = Config;
 constexpr unsigned T = kTrain, E = kEval, BT = kBenchTrain, BI = kBenchInfer, BL = kBenchLoader,
-                   P = kPredict, X = kExport, CD = kCheckData, R = kReport;
+                   P = kPredict, X = kExport, CD = kCheckData, R = kReport, S = kServe;
 constexpr unsigned TE = T | E;
 
 /// What to run, the recipe and the model.
@@ -163,7 +163,7 @@ void add_run_and_recipe(std::vector<FlagSpec>& t) {
       "activation memory layout (NHWC: channels last)", TE | BT));
   t.push_back(text("--device", &C::device,
                    "auto (cuda:0 when a GPU is usable, else cpu) | cpu | cuda | cuda:N",
-                   TE | BT | P | BI, [](const std::string& d) {
+                   TE | BT | P | BI | S, [](const std::string& d) {
                      resolve_device(d);  // throws naming --device and the reason
                      return std::string();
                    }));
@@ -422,10 +422,10 @@ void add_other_commands(std::vector<FlagSpec>& t) {
     // One flag for the engine (predict, bench infer) and the export: DLE's FP32|FP16|INT8.
     const std::vector<std::string> names{"fp32", "tf32", "fp16", "bf16", "int8"};
     FlagSpec f = base("--precision", "fp32|tf32|fp16|bf16|int8",
-                      "predict, bench infer: the engine's (CPU fp32, bf16, int8; GPU fp32, tf32, "
-                      "fp16, bf16; none = the precision a --model was exported for, else fp32); "
-                      "export: fp32 or int8 (activation ranges for the INT8 engine)",
-                      P | BI | X);
+                      "predict, bench infer, serve: the engine's (CPU fp32, bf16, int8; GPU fp32, "
+                      "tf32, fp16, bf16; none = the precision a model was exported for, else "
+                      "fp32); export: fp32 or int8 (activation ranges for the INT8 engine)",
+                      P | BI | X | S);
     f.get = [](const Config& c) { return json(c.precision); };
     f.set = [n = f.name, names](Config& c, const std::vector<std::string>& v) {
       const std::string p = lower(one_value(n, v));
@@ -506,11 +506,55 @@ void add_other_commands(std::vector<FlagSpec>& t) {
                       R));
 }
 
+/// rn50 serve (rn50/serve.h ServeOptions).
+void add_serve(std::vector<FlagSpec>& t) {
+  {
+    FlagSpec f = text_list("--model", &C::serve_models, {},
+                           "an exported model folder (rn50 export --output) to serve under its "
+                           "folder's name; give --model once per model",
+                           S);
+    t.push_back(std::move(f));
+  }
+  t.push_back(text("--model-repository", &C::model_repository,
+                   "a folder whose sub-folders are exported models, each served under its "
+                   "sub-folder's name (Triton's model repository)",
+                   S));
+  t.push_back(text("--host", &C::host, "address to listen on (0.0.0.0: every interface)", S));
+  t.push_back(integer("--port", &C::port, "TCP port to listen on; 0 = any free port", S,
+                      Problem<int>([](const int& p) {
+                        return p >= 0 && p <= 65535 ? std::string()
+                                                    : std::string("must be in [0, 65535]");
+                      })));
+  t.push_back(integer("--max-batch-size", &C::max_batch_size,
+                      "images per engine call: queued requests are batched up to this", S,
+                      at_least(1)));
+  t.push_back(integer("--max-queue-delay-us", &C::max_queue_delay_us,
+                      "how long the oldest queued request waits for a fuller batch, microseconds",
+                      S, at_least<int64_t>(0)));
+  t.push_back(integer("--instances", &C::instances,
+                      "engines per model, each fed by its own batching thread", S, at_least(1)));
+  t.push_back(integer("--max-queue-size", &C::max_queue_size,
+                      "requests queued per model before new ones are answered 503; 0 = unbounded",
+                      S, at_least(0)));
+  t.push_back(integer("--request-timeout-ms", &C::request_timeout_ms,
+                      "a request still queued this long after it arrived is answered 504 at "
+                      "once; 0 = no deadline",
+                      S, at_least<int64_t>(0)));
+  t.push_back(integer("--max-request-bytes", &C::max_request_bytes,
+                      "larger request bodies are answered 413 before they are read (Triton's 64 "
+                      "MiB)",
+                      S, at_least<int64_t>(1024)));
+  t.push_back(integer("--decode-threads", &C::decode_threads,
+                      "threads decoding request images; 0 = the cores", S, at_least(0)));
+  t.push_back(switch_("--log-requests", &C::log_requests, "one stderr line per request", S));
+}
+
 std::vector<FlagSpec> make_table() {
   std::vector<FlagSpec> t;
   add_run_and_recipe(t);
   add_precision_and_data(t);
   add_other_commands(t);
+  add_serve(t);
   return t;
 }
 

@@ -14,9 +14,9 @@ namespace rn50 {
 using json = nlohmann::ordered_json;
 
 const std::vector<Command>& all_commands() {
-  static const std::vector<Command> all{kTrain,      kEval,       kPredict,
-                                        kExport,     kCheckData,  kBenchLoader,
-                                        kBenchTrain, kBenchInfer, kReport};
+  static const std::vector<Command> all{kTrain,      kEval,       kPredict,    kExport,
+                                        kCheckData,  kBenchLoader, kBenchTrain, kBenchInfer,
+                                        kReport,     kServe};
   return all;
 }
 
@@ -31,6 +31,7 @@ const char* command_name(Command c) {
     case kBenchTrain: return "bench train";
     case kBenchInfer: return "bench infer";
     case kReport: return "report";
+    case kServe: return "serve";
   }
   return "?";
 }
@@ -67,6 +68,7 @@ Config default_config(Command c) {
     case kCheckData:
     case kBenchLoader:
     case kReport:
+    case kServe:
       break;
   }
   return cfg;

@@ -34,13 +34,14 @@ enum Command : unsigned {
   kBenchTrain = 1u << 6,
   kBenchInfer = 1u << 7,
   kReport = 1u << 8,
+  kServe = 1u << 9,
 };
 inline constexpr unsigned kTrainAndEval = kTrain | kEval;
 
 /// Every command, in --help order.
 const std::vector<Command>& all_commands();
 /// "train", "eval", "predict", "export", "check-data", "bench loader", "bench train",
-/// "bench infer", "report".
+/// "bench infer", "report", "serve".
 const char* command_name(Command c);
 /// The commands of a mask, by name, comma-separated ("train, bench train").
 std::string command_names(unsigned commands);
