@@ -17,6 +17,9 @@
 #include "rn50/report.h"
 #include "rn50/serve.h"
 #include "rn50/train.h"
+#include "data/check_store.h"
+#include "data/convert_data.h"
+#include "model/convert_weights.h"
 #include "train/checkpoint.h"
 
 namespace rn50::cli {
@@ -96,12 +99,17 @@ ExportConfig export_config(const Config& c) {
 /// check-data: class list to stdout / --output, summary and one line per problem to stderr.
 /// Returns 0 when the dataset is fine, 1 otherwise.
 int check_data(const Config& c) {
-  RN50_CHECK(!c.image_root.empty(), "rn50 check-data: pass --image-root DIR, the folder holding "
-                                    "train/ and val/");
+  const StoreOptions store = store_options(c);
+  RN50_CHECK(!c.image_root.empty() || data::detect_format(store) != DataFormat::imagefolder,
+             "rn50 check-data: pass --image-root DIR, the folder holding train/ and val/ (or "
+             "the file lists or shards)");
   DataCheckOptions o;
   o.decode = !c.header_only;
   o.workers = c.workers;
-  const DataCheckReport r = check_dataset(c.image_root, o);
+  const DataCheckReport r = data::check_store(store, o);
+  for (const DataCheckReport::Shard& s : r.shards)
+    std::fprintf(stderr, "check-data: shard %s: %lld samples, %lld damaged\n", s.file.c_str(),
+                 static_cast<long long>(s.samples), static_cast<long long>(s.damaged));
   if (!r.classes.empty()) {
     std::ofstream f;
     if (!c.output.empty()) {
@@ -113,9 +121,9 @@ int check_data(const Config& c) {
     RN50_CHECK(out.good(), "cannot write the class list");
   }
   std::fprintf(stderr,
-               "check-data: %zu classes; train/ %lld images, val/ %lld images; %lld files %s, "
+               "check-data: %s, %zu classes; train %lld images, val %lld images; %lld files %s, "
                "%zu unreadable\n",
-               r.classes.size(), static_cast<long long>(r.train_images),
+               r.format.c_str(), r.classes.size(), static_cast<long long>(r.train_images),
                static_cast<long long>(r.val_images), static_cast<long long>(r.checked_files),
                o.decode ? "decoded" : "header-checked", r.unreadable.size());
   for (const DataProblem& p : r.problems)
@@ -131,10 +139,12 @@ int check_data(const Config& c) {
 
 /// bench loader: prints the JSON line (and appends it to --report-file).
 int bench_loader_command(const Config& c) {
-  RN50_CHECK(!c.image_root.empty(), "rn50 bench loader: pass --image-root DIR, the folder "
-                                    "holding train/ and val/");
+  const StoreOptions store = store_options(c);
+  RN50_CHECK(!c.image_root.empty() || data::detect_format(store) != DataFormat::imagefolder,
+             "rn50 bench loader: pass --image-root DIR, the folder holding train/ and val/");
   LoaderBenchConfig b;
   b.image_root = c.image_root;
+  b.store = store;
   b.split = c.split == "train" ? Split::train : Split::val;
   b.loader = loader_options(c, ProcessInfo{});
   b.loader.bad_files_path.clear();
@@ -201,6 +211,39 @@ int report_command(const Config& c) {
   return 0;
 }
 
+int convert_data_command(const Config& c) {
+  RN50_CHECK(!c.image_root.empty() || !c.train_list.empty() || !c.train_shards.empty(),
+             "rn50 convert-data: pass --image-root DIR (or the file lists or shards to read)");
+  const data::ConvertReport r =
+      data::convert_data(store_options(c), c.output, c.shard_format, c.shard_size, std::cerr);
+  std::printf("convert-data: %lld samples in %lld %s shard(s), %.1f MiB, %.1f s (%.0f images/s)%s"
+              "\n",
+              static_cast<long long>(r.samples), static_cast<long long>(r.shards),
+              c.shard_format.c_str(), static_cast<double>(r.bytes) / (1 << 20), r.seconds,
+              r.seconds > 0 ? static_cast<double>(r.samples) / r.seconds : 0.0,
+              c.shard_format == "tfrecord"
+                  ? fmt::format("; read with --image-root {} --data-idx-dir {}/idx", c.output,
+                                c.output)
+                        .c_str()
+                  : "");
+  return r.skipped > 0 ? 1 : 0;
+}
+
+int convert_weights_command(const Config& c) {
+  ConvertWeightsOptions o;
+  o.source = c.weights_source;
+  o.output = c.output;
+  o.from = c.weights_from;
+  o.arch = given(c, "--arch") ? c.arch : "auto";
+  o.ema = c.weights_ema;
+  convert_weights(o, std::cerr);
+  // rn50's own reader must take the file as well: every tensor, shape and the architecture.
+  const InferenceProgram prog = fold_weights_file(c.output);
+  std::printf("convert-weights: wrote %s (rn50 reads it: %s)\n", c.output.c_str(),
+              prog.arch.c_str());
+  return 0;
+}
+
 int serve_command(const Config& c) {
 #ifdef RN50_HAVE_SERVE
   ServeOptions o;
@@ -241,6 +284,8 @@ int run(Command command, const Config& c) {
     case kBenchInfer: bench_infer(infer_bench_config(c), std::cout); return 0;
     case kReport: return report_command(c);
     case kServe: return serve_command(c);
+    case kConvertData: return convert_data_command(c);
+    case kConvertWeights: return convert_weights_command(c);
   }
   return 2;
 }

@@ -164,10 +164,11 @@ const char* description(Command c) {
              "inference: model.json + model.safetensors (read by rn50 bench infer --model, "
              "predict --model) and model.onnx (opset 13, dynamic batch)";
     case rn50::kCheckData:
-      return "validate an ImageFolder dataset (train/ and val/ class folders, same class set, "
-             "no empty class, every image decodable); prints the class list";
+      return "validate a dataset (ImageFolder, file lists, WebDataset or TFRecord shards): "
+             "train and val with the same class set, no empty class, every image decodable, "
+             "per-shard counts and damaged records; prints the class list";
     case rn50::kBenchLoader:
-      return "time the ImageFolder input pipeline alone (reports loader.ips)";
+      return "time the input pipeline alone on any data format (reports loader.ips)";
     case rn50::kBenchTrain:
       return "training throughput sweep, DLPerf's method: every (precision, batch size) run "
              "--repeats times as rn50 train --benchmark; median/min/max images/s, step-time "
@@ -179,6 +180,14 @@ const char* description(Command c) {
     case rn50::kServe:
       return "serve exported models over KServe's Open Inference Protocol v2 (Triton's REST "
              "API) with dynamic batching, Prometheus metrics (/metrics) and a web page (/)";
+    case rn50::kConvertData:
+      return "write a dataset (ImageFolder, file lists or shards) as WebDataset tar shards or "
+             "TFRecord shards with DALI index files: train and val, each shard atomically, plus "
+             "manifest.json (classes, counts, shards)";
+    case rn50::kConvertWeights:
+      return "convert a torchvision .pth, a DLE PyTorch checkpoint or a DLE Paddle .pdparams "
+             "to a safetensors file with torchvision's keys (for --from-pretrained-params); "
+             "runs tools/convert_weights.py with Python's pickle";
     case rn50::kReport:
       return "tables from result files: throughput (median, spread), speedup over one device "
              "and scaling efficiency, precision speedup, time to train 90 ImageNet epochs, "

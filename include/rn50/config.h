@@ -146,6 +146,23 @@ struct Config {
   DataKind data = DataKind::imagefolder;
   /// --image-root: ImageFolder root holding train/ and val/ (required for --data imagefolder).
   std::string image_root;
+  /// --data-format: how the images at --image-root are stored: auto (default: detected),
+  /// imagefolder, filelist (--train-list/--val-list, PaddleClas), tfrecord (the standard
+  /// ImageNet conversion's shards, DLE TensorFlow; DALI index files in --data-idx-dir) or
+  /// webdataset (tar shards in <image-root>/train and /val, or --train-shards/--val-shards).
+  std::string data_format = "auto";
+  /// --train-list / --val-list: PaddleClas file lists, "relative/path label" per line.
+  std::string train_list, val_list;
+  /// --train-shards / --val-shards: WebDataset shards: a folder, a brace pattern
+  /// (imagenet-train-{000000..001281}.tar) or one file.
+  std::string train_shards, val_shards;
+  /// --data-idx-dir: DALI index files (<shard>.idx) of TFRecord shards; built when missing.
+  std::string data_idx_dir;
+  /// --label-offset: subtracted from TFRecord labels (the conversion's 1..1000; DLE 1).
+  int label_offset = 1;
+  /// --shuffle-buffer: samples in the buffer that shuffles the shard stream of TFRecord and
+  /// WebDataset training (shards are shuffled per epoch too).
+  int64_t shuffle_buffer = 1024;
   /// --crop-size: train RandomResizedCrop size and val center-crop size, pixels (DLE 224).
   int crop_size = 224;
   /// --image-shape C,H,W (DLE Paddle/MXNet): C = input channels, 3 or 4 (a zero fourth channel
@@ -296,6 +313,18 @@ struct Config {
   int repeats = 5;
   /// --verbose: print every run's progress lines too.
   bool verbose = false;
+
+  // ---- convert-data, convert-weights ----
+  /// convert-data --format: webdataset (tar shards) or tfrecord (TFRecord shards + DALI index).
+  std::string shard_format = "webdataset";
+  /// convert-data --shard-size: samples per shard.
+  int shard_size = 1024;
+  /// convert-weights: the weights file to convert (positional).
+  std::string weights_source;
+  /// convert-weights --from: auto (by the file's contents) | torchvision | dle-pytorch | paddle.
+  std::string weights_from = "auto";
+  /// convert-weights --ema: a DLE PyTorch checkpoint's state_dict_ema instead of its state_dict.
+  bool weights_ema = false;
 
   // ---- serve (rn50/serve.h, ServeOptions: the meaning of each) ----
   /// serve --model: exported model folders, each served under its folder's name.

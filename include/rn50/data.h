@@ -67,6 +67,9 @@ struct LoaderOptions {
   /// divided by local_ranks, at least 1.
   int workers = 0;
   int prefetch = 2;          ///< batches decoded ahead per worker (at least 2 in all)
+  /// Train from shards (TFRecord, WebDataset): samples in the shuffle buffer that reorders the
+  /// shard stream (data/rng.h shard_shuffle_order); 0 or 1 = shard order only.
+  int64_t shuffle_buffer = 1024;
   uint64_t seed = 0;
   bool drop_last = true;     ///< train: drop the last partial batch (DLE); val: always false
   /// false (default): fast DALI-style decoding -- the crop is chosen from the header's size and
@@ -153,11 +156,19 @@ struct DataCheckOptions {
 /// What check_dataset found. classes: the class list the loader will use (train's sorted class
 /// folders, or val's when train/ is unusable).
 struct DataCheckReport {
+  /// The dataset's store: "imagefolder", "filelist", "tfrecord" or "webdataset".
+  std::string format = "imagefolder";
   std::vector<std::string> classes;
   int64_t train_images = 0, val_images = 0;
   int64_t checked_files = 0;
   std::vector<std::string> unreadable;  ///< "path<TAB>reason", sorted
   std::vector<DataProblem> problems;
+  /// Shard stores: per shard file, its samples and how many of them are damaged.
+  struct Shard {
+    std::string file;
+    int64_t samples = 0, damaged = 0;
+  };
+  std::vector<Shard> shards;
   bool ok() const { return problems.empty(); }
 };
 
@@ -172,8 +183,29 @@ struct DataCheckReport {
 DataCheckReport check_dataset(const std::string& image_root, const DataCheckOptions& opt = {});
 
 /// rn50 bench loader: times an ImageFolder loader on image_root/<split>.
+/// How a dataset is stored (src/data/stores.h opens it): ImageFolder, a PaddleClas file list,
+/// TFRecord shards (DLE TensorFlow's ImageNet conversion) or WebDataset tar shards.
+enum class DataFormat { automatic, imagefolder, filelist, tfrecord, webdataset };
+/// "auto", "imagefolder", "filelist", "tfrecord", "webdataset".
+const char* data_format_name(DataFormat f);
+/// Parses those names (any case); throws rn50::Error naming --data-format otherwise.
+DataFormat parse_data_format(const std::string& name);
+
+/// Where a dataset is (the flags of the same names).
+struct StoreOptions {
+  DataFormat format = DataFormat::automatic;  ///< --data-format
+  std::string root;                            ///< --image-root
+  std::string train_list, val_list;            ///< --train-list, --val-list
+  std::string train_shards, val_shards;        ///< --train-shards, --val-shards (WebDataset)
+  std::string idx_dir;                         ///< --data-idx-dir (TFRecord)
+  int label_offset = 1;                        ///< --label-offset (TFRecord)
+  int num_classes = 0;                         ///< --num-of-class (TFRecord without manifest)
+};
+
 struct LoaderBenchConfig {
   std::string image_root;
+  /// The dataset (format, lists, shards); its root is image_root.
+  StoreOptions store;
   Split split = Split::train;
   LoaderOptions loader;
   int64_t batches = 0;         ///< timed batches; 0 = the rest of one epoch after the warm-up

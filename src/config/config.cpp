@@ -71,6 +71,20 @@ Config with_precision(Config cfg, Precision precision, const std::string& backen
   return cfg;
 }
 
+StoreOptions store_options(const Config& cfg) {
+  StoreOptions s;
+  s.format = parse_data_format(cfg.data_format);
+  s.root = cfg.image_root;
+  s.train_list = cfg.train_list;
+  s.val_list = cfg.val_list;
+  s.train_shards = cfg.train_shards;
+  s.val_shards = cfg.val_shards;
+  s.idx_dir = cfg.data_idx_dir;
+  s.label_offset = cfg.label_offset;
+  s.num_classes = cfg.num_classes;
+  return s;
+}
+
 LoaderOptions loader_options(const Config& cfg, const ProcessInfo& proc) {
   LoaderOptions lo;
   lo.batch_size = cfg.batch_size;
@@ -88,6 +102,7 @@ LoaderOptions loader_options(const Config& cfg, const ProcessInfo& proc) {
   lo.rand_crop_scale = cfg.rand_crop_scale;
   lo.rand_crop_ratio = cfg.rand_crop_ratio;
   lo.worker_cpus = cfg.worker_cpus;
+  lo.shuffle_buffer = cfg.shuffle_buffer;
   lo.bad_files_path = !cfg.report_file.empty()      ? cfg.report_file + ".bad_files.txt"
                       : !cfg.checkpoint_dir.empty() ? cfg.checkpoint_dir + "/bad_files.txt"
                                                     : std::string("bad_files.txt");
@@ -126,7 +141,8 @@ void validate(const Config& c) {
              "--amp --amp-dtype bf16 on the CPU: oneDNN has no bf16 kernels for this CPU (it "
              "needs AVX-512); drop --amp to train in fp32");
   if (c.data == DataKind::imagefolder)
-    RN50_CHECK(!c.image_root.empty(),
+    RN50_CHECK(!c.image_root.empty() || !c.train_list.empty() || !c.val_list.empty() ||
+                   !c.train_shards.empty() || !c.val_shards.empty(),
                "no images to train or evaluate on: pass --image-root DIR, an ImageFolder root "
                "holding train/<class>/*.JPEG and val/<class>/* ({}), or --data synthetic for "
                "random images (benchmarks only)",
@@ -184,6 +200,21 @@ void validate(const Config& c) {
   refuse("--rand-crop-ratio", synthetic, "--data synthetic crops no images");
   refuse("--max-bad-fraction", synthetic, "--data synthetic reads no files");
   refuse("--synthetic-samples", !synthetic, "it sizes --data synthetic; add --data synthetic");
+  const DataFormat format = synthetic ? DataFormat::imagefolder
+                                            : data::detect_format(store_options(c));
+  const bool shards =
+      format == DataFormat::tfrecord || format == DataFormat::webdataset;
+  refuse("--data-format", synthetic, "--data synthetic reads no files");
+  refuse("--shuffle-buffer", !shards || !training,
+         "it shuffles the shard stream of TFRecord and WebDataset training");
+  refuse("--data-idx-dir", format != DataFormat::tfrecord,
+         "it holds the index files of TFRecord shards");
+  refuse("--label-offset", format != DataFormat::tfrecord,
+         "it shifts TFRecord labels (other stores hold 0-based labels)");
+  refuse("--train-shards", format != DataFormat::webdataset,
+         "it names WebDataset shards; add --data-format webdataset");
+  refuse("--val-shards", format != DataFormat::webdataset,
+         "it names WebDataset shards; add --data-format webdataset");
   refuse("--benchmark-steps", !c.benchmark, "it counts --benchmark steps; add --benchmark");
   refuse("--benchmark-warmup-steps", !c.benchmark,
          "it counts --benchmark steps; add --benchmark");

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/stores.h"
 #include "rn50/data.h"
 #include "rn50/parallel.h"
 #include "rn50/precision.h"
@@ -24,6 +25,10 @@ Precision precision_of(const Config& cfg, const std::string& backend);
 /// `cfg` set to train in `precision` on `backend`, the inverse of precision_of: --amp,
 /// --amp-dtype, --use-pure-fp16 and --no-tf32 (which exists on CUDA only) set accordingly.
 Config with_precision(Config cfg, Precision precision, const std::string& backend);
+
+/// Where the dataset of `cfg` is: --data-format, --image-root, the lists, the shard patterns,
+/// --data-idx-dir, --label-offset, --num-of-class.
+StoreOptions store_options(const Config& cfg);
 
 /// The loader options of `cfg` for process `proc` (batch, crop, resize, workers, prefetch,
 /// seed, RandomResizedCrop ranges, decode mode, worker CPUs, bad-file limit; drop_last for

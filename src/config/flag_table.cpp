@@ -1,6 +1,7 @@
 // rn50: the flag table (config/flags.h) — one entry per flag of every command. The commands
 // that take a flag are its bit mask: T train, E eval, BT bench train, BI bench infer, BL bench
-// loader, P predict, X export, CD check-data, R report, S serve.
+// loader, P predict, X export, CD check-data, R report, S serve, CVD convert-data, CVW
+// convert-weights.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -17,7 +18,8 @@ namespace {
 using namespace flag_kinds;
 using C = Config;
 constexpr unsigned T = kTrain, E = kEval, BT = kBenchTrain, BI = kBenchInfer, BL = kBenchLoader,
-                   P = kPredict, X = kExport, CD = kCheckData, R = kReport, S = kServe;
+                   P = kPredict, X = kExport, CD = kCheckData, R = kReport, S = kServe,
+                   CVD = kConvertData, CVW = kConvertWeights;
 constexpr unsigned TE = T | E;
 
 /// What to run, the recipe and the model.
@@ -138,9 +140,9 @@ void add_run_and_recipe(std::vector<FlagSpec>& t) {
   // ---- model ----
   const unsigned model_cmds = TE | BT | P | X | BI;
   t.push_back(choice("--arch", &C::arch, arch_names(),
-                     "architecture (predict, export and bench infer with weights: read from the "
-                     "weights' keys unless given)",
-                     model_cmds));
+                     "architecture (predict, export, bench infer and convert-weights with "
+                     "weights: read from the weights' keys unless given)",
+                     model_cmds | CVW));
   t.push_back(alias(choice("--model-arch-name", &C::arch, arch_names(),
                            "DLE Paddle's --arch (ResNet50 = resnet50)", model_cmds),
                     "--arch"));
@@ -216,9 +218,41 @@ void add_precision_and_data(std::vector<FlagSpec>& t) {
     t.push_back(std::move(f));
   }
   t.push_back(text("--image-root", &C::image_root,
-                   "ImageFolder root holding train/<class>/* and val/<class>/* (export: int8 "
-                   "calibration images from its train/)",
-                   data_cmds | BL | CD | X));
+                   "the dataset: an ImageFolder root holding train/<class>/* and val/<class>/*, "
+                   "TFRecord shards, WebDataset train/ and val/ shard folders, or the root of a "
+                   "file list's paths (export: int8 calibration images from its train/)",
+                   data_cmds | BL | CD | X | CVD));
+  // Where the images are stored (src/data/stores.h).
+  const unsigned store_cmds = data_cmds | BL | CD | CVD;
+  t.push_back(choice("--data-format", &C::data_format,
+                     {"auto", "imagefolder", "filelist", "tfrecord", "webdataset"},
+                     "how the dataset is stored; auto: file lists when given, TFRecord shards "
+                     "(train-*-of-*), WebDataset (.tar under train/ or val/), else ImageFolder",
+                     store_cmds));
+  t.push_back(text("--train-list", &C::train_list,
+                   "PaddleClas file list of the train split: 'relative/path label' per line, "
+                   "paths relative to --image-root",
+                   store_cmds));
+  t.push_back(text("--val-list", &C::val_list, "PaddleClas file list of the val split",
+                   store_cmds));
+  t.push_back(text("--train-shards", &C::train_shards,
+                   "WebDataset train shards: a folder, a brace pattern "
+                   "(imagenet-train-{000000..001281}.tar) or one file (default <image-root>/train)",
+                   store_cmds));
+  t.push_back(text("--val-shards", &C::val_shards,
+                   "WebDataset val shards (default <image-root>/val)", store_cmds));
+  t.push_back(text("--data-idx-dir", &C::data_idx_dir,
+                   "DALI index files of TFRecord shards (<shard>.idx, tfrecord2idx's 'offset "
+                   "size' lines); built in one pass when none (and written here when missing)",
+                   store_cmds));
+  t.push_back(integer("--label-offset", &C::label_offset,
+                      "subtracted from TFRecord labels (the standard conversion's are 1..1000, "
+                      "as DLE subtracts 1)",
+                      store_cmds, at_least(0)));
+  t.push_back(integer("--shuffle-buffer", &C::shuffle_buffer,
+                      "TFRecord and WebDataset training: samples in the buffer shuffling the "
+                      "shard stream (the shards are shuffled per epoch too); 0 = shards only",
+                      T | BT | BL, at_least<int64_t>(0)));
   t.push_back(integer("--synthetic-samples", &C::synthetic_samples,
                       "samples per epoch of --data synthetic; 0 = batch x benchmark steps with "
                       "--benchmark, else 1281167",
@@ -441,9 +475,34 @@ void add_other_commands(std::vector<FlagSpec>& t) {
   t.push_back(text("--predictions-file", &C::predictions_file,
                    "with ImageFolder data: write path<TAB>label<TAB>top1 per val image", BI));
   t.push_back(text("--output", &C::output,
-                   "export: the folder to write; check-data: the class list file (else "
-                   "stdout); report: the tables file (else stdout)",
-                   X | CD | R));
+                   "export, convert-data: the folder to write; convert-weights: the safetensors "
+                   "file to write; check-data: the class list file (else stdout); report: the "
+                   "tables file (else stdout)",
+                   X | CD | R | CVD | CVW));
+  t.push_back(choice("--format", &C::shard_format, {"webdataset", "tfrecord"},
+                     "the shards to write: WebDataset tar files or TFRecord files with DALI "
+                     "index files",
+                     CVD));
+  t.push_back(integer("--shard-size", &C::shard_size, "samples per shard", CVD, at_least(1)));
+  {
+    FlagSpec f = base("source", "FILE",
+                      "the weights to convert: a torchvision .pth, a DLE PyTorch checkpoint or a "
+                      "DLE Paddle .pdparams",
+                      CVW);
+    f.positional = true;
+    f.get = [](const Config& c) { return json(c.weights_source); };
+    f.set = [](Config& c, const std::vector<std::string>& v) { c.weights_source = v.back(); };
+    f.check = [](const Config&) {};
+    t.push_back(std::move(f));
+  }
+  t.push_back(choice("--from", &C::weights_from, {"auto", "torchvision", "dle-pytorch", "paddle"},
+                     "the source's format; auto: by its contents (a zip or pickle holding a "
+                     "state_dict, a Paddle parameter dict)",
+                     CVW));
+  t.push_back(switch_("--ema", &C::weights_ema,
+                      "a DLE PyTorch checkpoint: convert its EMA copy (state_dict_ema) instead "
+                      "of state_dict",
+                      CVW));
   t.push_back(text_list("--format", &C::export_formats, {"rn50", "onnx"},
                         "rn50 (model.json + model.safetensors) and/or onnx (model.onnx, opset "
                         "13; QDQ with --precision int8); none = both (rn50 alone in a build "

@@ -14,9 +14,9 @@ namespace rn50 {
 using json = nlohmann::ordered_json;
 
 const std::vector<Command>& all_commands() {
-  static const std::vector<Command> all{kTrain,      kEval,       kPredict,    kExport,
-                                        kCheckData,  kBenchLoader, kBenchTrain, kBenchInfer,
-                                        kReport,     kServe};
+  static const std::vector<Command> all{
+      kTrain,      kEval,       kPredict, kExport, kCheckData,   kBenchLoader,
+      kBenchTrain, kBenchInfer, kReport,  kServe,  kConvertData, kConvertWeights};
   return all;
 }
 
@@ -32,6 +32,8 @@ const char* command_name(Command c) {
     case kBenchInfer: return "bench infer";
     case kReport: return "report";
     case kServe: return "serve";
+    case kConvertData: return "convert-data";
+    case kConvertWeights: return "convert-weights";
   }
   return "?";
 }
@@ -69,6 +71,8 @@ Config default_config(Command c) {
     case kBenchLoader:
     case kReport:
     case kServe:
+    case kConvertData:
+    case kConvertWeights:
       break;
   }
   return cfg;

@@ -35,13 +35,15 @@ enum Command : unsigned {
   kBenchInfer = 1u << 7,
   kReport = 1u << 8,
   kServe = 1u << 9,
+  kConvertData = 1u << 10,
+  kConvertWeights = 1u << 11,
 };
 inline constexpr unsigned kTrainAndEval = kTrain | kEval;
 
 /// Every command, in --help order.
 const std::vector<Command>& all_commands();
 /// "train", "eval", "predict", "export", "check-data", "bench loader", "bench train",
-/// "bench infer", "report", "serve".
+/// "bench infer", "report", "serve", "convert-data", "convert-weights".
 const char* command_name(Command c);
 /// The commands of a mask, by name, comma-separated ("train, bench train").
 std::string command_names(unsigned commands);

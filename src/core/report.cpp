@@ -173,6 +173,8 @@ std::vector<ReportRecordType> make_schema() {
   l.push_back(req("split", T::string, "train or val"));
   l.push_back(req("exact_decode", T::boolean, "whole-image PIL-exact decoding (--exact-decode)"));
   l.push_back(req("image_root", T::string, "dataset root"));
+  l.push_back(req("data_format", T::string,
+                  "the store read: imagefolder, filelist, tfrecord or webdataset"));
   s.push_back(std::move(loader));
 
   ReportRecordType infer{"infer_benchmark",

@@ -6,6 +6,8 @@
 
 #include "core/check.h"
 #include "core/report.h"
+#include "data/sample_index.h"
+#include "data/stores.h"
 #include "rn50/data.h"
 
 namespace rn50 {
@@ -26,11 +28,13 @@ LoaderBenchResult bench_loader(const LoaderBenchConfig& cfg) {
              "bench loader: --batches and --warmup-batches must be >= 0 (got {} and {})",
              cfg.batches, cfg.warmup_batches);
   const std::string split = cfg.split == Split::train ? "train" : "val";
-  const std::string dir = (std::filesystem::path(cfg.image_root) / split).string();
   LoaderOptions lo = cfg.loader;
   if (cfg.split == Split::val) lo.drop_last = false;
   if (lo.workers == 0) lo.workers = default_loader_workers(lo.local_ranks);
-  auto src = make_image_folder_source(dir, cfg.split, lo);
+  StoreOptions store = cfg.store;
+  if (store.root.empty()) store.root = cfg.image_root;
+  std::string dir;
+  auto src = data::make_sample_source(data::open_split(store, cfg.split, &dir), cfg.split, lo, dir);
   const int64_t per_epoch = src->batches_per_epoch();
   int64_t timed = cfg.batches;
   if (timed == 0) timed = per_epoch - cfg.warmup_batches;
@@ -72,6 +76,7 @@ LoaderBenchResult bench_loader(const LoaderBenchConfig& cfg) {
   rec.set("split", split);
   rec.set("exact_decode", lo.exact_decode);
   rec.set("image_root", cfg.image_root);
+  rec.set("data_format", data_format_name(data::detect_format(store)));
   r.json = rec.to_json().dump();
   if (!cfg.report_file.empty()) {
     ReportWriter w(cfg.report_file, ReportWriter::Mode::append);

@@ -79,6 +79,13 @@ SplitScan scan_split(const fs::path& dir) {
 void validate_file(const std::string& path, bool decode, std::vector<uint8_t>& bytes,
                    data::ScaledRegion& region, Image& image) {
   data::read_file(path, bytes);
+  data::validate_image_bytes(bytes, path, decode, region, image);
+}
+
+}  // namespace
+
+void data::validate_image_bytes(const std::vector<uint8_t>& bytes, const std::string& path,
+                                bool decode, ScaledRegion& region, Image& image) {
   const data::ImageHeader h = data::read_image_header(bytes.data(), bytes.size(), path);
   if (h.format == data::ImageFormat::jpeg) {
     RN50_CHECK(data::jpeg_has_eoi(bytes.data(), bytes.size()),
@@ -102,6 +109,8 @@ void validate_file(const std::string& path, bool decode, std::vector<uint8_t>& b
   data::decode_png_reduced(bytes.data(), bytes.size(), path,
                            pixels > data::kMaxFullDecodePixels ? 8 : 1, image);
 }
+
+namespace {
 
 /// Checks every file of `files` on `workers` threads; returns "path<TAB>reason" of the bad ones.
 std::vector<std::string> check_files(const std::vector<std::string>& files, bool decode,

@@ -138,4 +138,11 @@ void decode_png_reduced(const uint8_t* data, size_t size, const std::string& pat
 /// (FF D9) before the end of the buffer. Bytes after the EOI are ignored.
 bool jpeg_has_eoi(const uint8_t* data, size_t size);
 
+/// Checks an encoded image as rn50 check-data does: a JPEG or PNG header, a JPEG's
+/// end-of-image marker and, with `decode`, every entropy-coded block (JPEG at 1/8 scale) or row
+/// (PNG, box-reduced when huge). `region` and `image` are scratch. Throws rn50::Error naming
+/// `path` and the reason.
+void validate_image_bytes(const std::vector<uint8_t>& bytes, const std::string& path, bool decode,
+                          ScaledRegion& region, Image& image);
+
 }  // namespace rn50::data

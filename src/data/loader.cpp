@@ -1,4 +1,5 @@
-// rn50 data: the threaded ImageFolder loader.
+// rn50 data: the threaded loader of every stored format (a data::SampleIndex: ImageFolder, file
+// lists, TFRecord, WebDataset).
 //
 // Work is handed out per sample: ticket t of the epoch is row t % B of batch t / B of this rank's
 // shard (data/shard.h), so all workers cooperate on the oldest unfinished batch and batches come
@@ -29,6 +30,7 @@
 #include "data/decode.h"
 #include "data/rng.h"
 #include "data/sample.h"
+#include "data/sample_index.h"
 #include "data/shard.h"
 #include "rn50/data.h"
 
@@ -42,15 +44,17 @@ using data::BatchPool;
 /// following ones of the epoch order).
 constexpr int kMaxDecodeAttempts = 16;
 
-/// The ImageFolder DataSource (see make_image_folder_source). Pipeline state is guarded by mu_,
+/// The DataSource of a SampleIndex (see make_sample_source). Pipeline state is guarded by mu_,
 /// bad-file bookkeeping by bad_mu_.
-class ImageFolderSource final : public DataSource {
+class SampleSource final : public DataSource {
  public:
-  ImageFolderSource(const std::string& split_root, Split split, const LoaderOptions& opt)
-      : index_(ImageFolderIndex::scan(split_root)),
+  SampleSource(std::shared_ptr<const data::SampleIndex> samples, Split split,
+               const LoaderOptions& opt, const std::string& what)
+      : samples_(std::move(samples)),
+        starts_(samples_->shard_starts()),
         split_(split),
         opt_(opt),
-        n_(static_cast<int64_t>(index_.samples.size())),
+        n_(samples_->size()),
         pool_(BatchLayout{opt.batch_size, opt.crop_size}, 0) {
     RN50_CHECK(opt.batch_size > 0, "batch size must be positive (got {})", opt.batch_size);
     RN50_CHECK(opt.crop_size > 0, "crop size must be positive (got {})", opt.crop_size);
@@ -61,18 +65,15 @@ class ImageFolderSource final : public DataSource {
     RN50_CHECK(opt.max_bad_fraction >= 0, "max_bad_fraction must be >= 0 (got {})",
                opt.max_bad_fraction);
     RN50_CHECK(opt.local_ranks >= 1, "local_ranks must be >= 1 (got {})", opt.local_ranks);
-    const auto& cls = index_.classes;
-    RN50_CHECK(
-        !(std::count(cls.begin(), cls.end(), "train") && std::count(cls.begin(), cls.end(), "val")),
-        "'{}' holds 'train' and 'val' folders: pass the split folder ('{}/train' or "
-        "'{}/val'), not the dataset root",
-        split_root, split_root, split_root);
+    RN50_CHECK(opt.shuffle_buffer >= 0, "shuffle buffer must be >= 0 (got {})",
+               opt.shuffle_buffer);
     const bool train = split == Split::train;
-    plan_ =
-        data::make_shard_plan(n_, opt.rank, opt.world_size, opt.batch_size, train, opt.drop_last);
+    // Shard stores read their shards mostly in sequence: each rank a contiguous block.
+    plan_ = data::make_shard_plan(n_, opt.rank, opt.world_size, opt.batch_size, train,
+                                  opt.drop_last, /*contiguous=*/!starts_.empty());
     RN50_CHECK(plan_.batches > 0,
                "'{}' has {} samples: rank {} of {} gets {} per epoch, fewer than one batch of {}",
-               split_root, n_, opt.rank, opt.world_size, n_ / opt.world_size, opt.batch_size);
+               what, n_, opt.rank, opt.world_size, n_ / opt.world_size, opt.batch_size);
     spec_.train = train;
     spec_.crop = opt.crop_size;
     spec_.resize_short = opt.resize_short;
@@ -99,12 +100,12 @@ class ImageFolderSource final : public DataSource {
     }
   }
 
-  ~ImageFolderSource() override { shutdown(); }
+  ~SampleSource() override { shutdown(); }
 
   int64_t num_samples() const override { return n_; }
-  int num_classes() const override { return static_cast<int>(index_.classes.size()); }
+  int num_classes() const override { return static_cast<int>(samples_->classes().size()); }
   int64_t batches_per_epoch() const override { return plan_.batches; }
-  const std::vector<std::string>& classes() const override { return index_.classes; }
+  const std::vector<std::string>& classes() const override { return samples_->classes(); }
   int64_t epoch_samples() const override {
     int64_t v = 0;
     for (int64_t b = 0; b < plan_.batches; ++b) v += plan_.valid_rows(b);
@@ -117,7 +118,9 @@ class ImageFolderSource final : public DataSource {
     idle_cv_.wait(lk, [&] { return in_flight_ == 0; });
     epoch_ = epoch;
     if (split_ == Split::train) {
-      order_ = data::epoch_permutation(n_, opt_.seed, static_cast<uint64_t>(epoch));
+      order_ = starts_.empty() ? data::epoch_permutation(n_, opt_.seed, static_cast<uint64_t>(epoch))
+                               : data::shard_shuffle_order(n_, starts_, opt_.shuffle_buffer,
+                                                           opt_.seed, static_cast<uint64_t>(epoch));
     } else if (order_.empty()) {
       order_.resize(static_cast<size_t>(n_));
       for (int64_t i = 0; i < n_; ++i) order_[static_cast<size_t>(i)] = i;
@@ -298,17 +301,17 @@ class ImageFolderSource final : public DataSource {
     std::string last_error;
     for (int attempt = 0; attempt < attempts; ++attempt) {
       const int64_t idx = order_[static_cast<size_t>((pos + attempt) % n_)];
-      const auto& [path, cls] = index_.samples[static_cast<size_t>(idx)];
       try {
-        data::read_file(path, bytes);
+        const int cls = samples_->read(idx, bytes);
         data::SampleRng rng(opt_.seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(pos),
                             static_cast<uint64_t>(attempt));
-        data::process_sample(bytes.data(), bytes.size(), path, spec_, &rng, img, scratch);
+        data::process_sample(bytes.data(), bytes.size(), samples_->name(idx), spec_, &rng, img,
+                             scratch);
         *label = cls;
         return true;
       } catch (const Error& e) {
         last_error = e.what();
-        note_bad(idx, path, last_error);
+        note_bad(idx, samples_->name(idx), last_error);
       }
     }
     if (split_ == Split::val) {
@@ -326,8 +329,11 @@ class ImageFolderSource final : public DataSource {
     std::lock_guard lk(bad_mu_);
     bad_this_epoch_.insert(idx);
     if (bad_all_.emplace(idx, reason).second) {
-      std::fprintf(stderr, "rn50: warning: skipping undecodable image '%s' (%s)\n", path.c_str(),
-                   reason.c_str());
+      if (reason.rfind(path, 0) == 0)  // a damaged record or member: the reason names it
+        std::fprintf(stderr, "rn50: warning: skipping bad sample %s\n", reason.c_str());
+      else
+        std::fprintf(stderr, "rn50: warning: skipping undecodable image '%s' (%s)\n",
+                     path.c_str(), reason.c_str());
     }
     const auto bad = static_cast<int64_t>(bad_this_epoch_.size());
     if (bad <= max_bad_) return;
@@ -351,14 +357,13 @@ class ImageFolderSource final : public DataSource {
 
   std::vector<std::string> bad_list_locked() const {
     std::vector<std::string> out;
-    for (const auto& [idx, reason] : bad_all_) {
-      out.push_back(index_.samples[static_cast<size_t>(idx)].first + "\t" + reason);
-    }
+    for (const auto& [idx, reason] : bad_all_) out.push_back(samples_->name(idx) + "\t" + reason);
     std::sort(out.begin(), out.end());
     return out;
   }
 
-  ImageFolderIndex index_;
+  std::shared_ptr<const data::SampleIndex> samples_;
+  std::vector<int64_t> starts_;  ///< the store's shard starts (empty: one file per sample)
   Split split_;
   LoaderOptions opt_;
   int64_t n_;
@@ -412,7 +417,21 @@ int default_loader_workers(int local_ranks) {
 /// val/, bad options, or fewer samples per rank than one batch (train with drop_last).
 std::unique_ptr<DataSource> make_image_folder_source(const std::string& split_root, Split split,
                                                      const LoaderOptions& opt) {
-  return std::make_unique<ImageFolderSource>(split_root, split, opt);
+  ImageFolderIndex index = ImageFolderIndex::scan(split_root);
+  const auto& cls = index.classes;
+  RN50_CHECK(
+      !(std::count(cls.begin(), cls.end(), "train") && std::count(cls.begin(), cls.end(), "val")),
+      "'{}' holds 'train' and 'val' folders: pass the split folder ('{}/train' or "
+      "'{}/val'), not the dataset root",
+      split_root, split_root, split_root);
+  return data::make_sample_source(data::image_folder_samples(std::move(index)), split, opt,
+                                  split_root);
+}
+
+std::unique_ptr<DataSource> data::make_sample_source(std::shared_ptr<const SampleIndex> samples,
+                                                     Split split, const LoaderOptions& opt,
+                                                     const std::string& what) {
+  return std::make_unique<SampleSource>(std::move(samples), split, opt, what);
 }
 
 }  // namespace rn50

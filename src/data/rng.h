@@ -5,6 +5,7 @@
 // thread decoded the sample or in which order samples were processed.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -76,5 +77,43 @@ inline std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, uint64_t
   }
   return p;
 }
+
+/// The training order of an epoch of samples stored in shards (TFRecord, WebDataset), as
+/// WebDataset's shuffle: the shards in a random order of (seed, epoch), their samples streamed
+/// in sequence through a shuffle buffer of `buffer` samples (each incoming sample replaces a
+/// random one of the full buffer, which is emitted; the rest leaves in random order at the
+/// end). `starts`: the first sample of each shard (ascending, from 0); n: all samples. Reads
+/// stay within about `buffer` samples of the shard stream. buffer <= 1: shards shuffled only.
+inline std::vector<int64_t> shard_shuffle_order(int64_t n, const std::vector<int64_t>& starts,
+                                                int64_t buffer, uint64_t seed, uint64_t epoch) {
+  const std::vector<int64_t> shards =
+      epoch_permutation(static_cast<int64_t>(starts.size()), seed, epoch);
+  std::mt19937_64 eng(mix64(mix64(seed ^ 0x9e3779b97f4a7c15ULL) ^ epoch));
+  std::vector<int64_t> out, pool;
+  out.reserve(static_cast<size_t>(n));
+  pool.reserve(static_cast<size_t>(std::max<int64_t>(buffer, 1)));
+  for (int64_t s : shards) {
+    const int64_t end = s + 1 < static_cast<int64_t>(starts.size())
+                            ? starts[static_cast<size_t>(s + 1)]
+                            : n;
+    for (int64_t i = starts[static_cast<size_t>(s)]; i < end; ++i) {
+      if (static_cast<int64_t>(pool.size()) < std::max<int64_t>(buffer, 1)) {
+        pool.push_back(i);
+        continue;
+      }
+      const auto j = static_cast<size_t>(bounded_u64(pool.size(), eng));
+      out.push_back(pool[j]);
+      pool[j] = i;
+    }
+  }
+  while (!pool.empty()) {  // drain in random order
+    const auto j = static_cast<size_t>(bounded_u64(pool.size(), eng));
+    out.push_back(pool[j]);
+    pool[j] = pool.back();
+    pool.pop_back();
+  }
+  return out;
+}
+
 
 }  // namespace rn50::data

@@ -18,6 +18,10 @@
 //    is < N, and is empty (padding, never counted) otherwise -- only a rank's last slot can be
 //    empty. Batches: ceil(ceil(N / world) / batch) on every rank; a batch's valid rows come first,
 //    so the evaluation covers every sample exactly once across the ranks.
+//  * train from shards (`contiguous`: TFRecord and WebDataset, whose epoch order reads shards
+//    mostly in sequence, data/epoch_order.h): rank r takes the contiguous positions
+//    [r * floor(N / world), (r + 1) * floor(N / world)) instead, so each rank reads whole shards
+//    (split only at the block boundaries), as WebDataset and DALI shard by file.
 #pragma once
 
 #include <algorithm>
@@ -33,11 +37,13 @@ struct ShardPlan {
   int64_t batch = 1;
   bool train = true;
   bool drop_last = true;  ///< train only
+  bool contiguous = false;  ///< train with drop_last: contiguous blocks per rank, not strided
   int64_t slots = 0;      ///< per-rank slots per epoch (batches * batch, or fewer: short last)
   int64_t batches = 0;    ///< per-rank batches per epoch, equal on every rank
 
   /// Epoch-order position of this rank's slot k (0 <= k < slots), or -1 for an empty val slot.
   int64_t position(int64_t k) const {
+    if (train && contiguous) return rank * (n / world) + k;
     const int64_t p = rank + k * world;
     if (train) return drop_last ? p : p % n;
     return p < n ? p : -1;
@@ -54,7 +60,7 @@ struct ShardPlan {
 
 /// Throws rn50::Error for bad arguments or when a rank would get no batch.
 inline ShardPlan make_shard_plan(int64_t n, int rank, int world, int64_t batch, bool train,
-                                 bool drop_last) {
+                                 bool drop_last, bool contiguous = false) {
   RN50_CHECK(world >= 1 && rank >= 0 && rank < world,
              "invalid data-parallel rank {} of world size {}", rank, world);
   RN50_CHECK(batch >= 1, "batch size must be positive (got {})", batch);
@@ -66,6 +72,7 @@ inline ShardPlan make_shard_plan(int64_t n, int rank, int world, int64_t batch, 
   s.batch = batch;
   s.train = train;
   s.drop_last = train && drop_last;
+  s.contiguous = s.drop_last && contiguous;
   if (s.drop_last) {
     const int64_t per_rank = n / world;
     s.batches = per_rank / batch;

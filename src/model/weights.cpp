@@ -12,6 +12,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "model/convert_weights.h"
 
 namespace rn50 {
 
@@ -105,7 +106,11 @@ Tensor to_host(Backend& backend, const Tensor& t) {
 std::string weights_file(const std::string& path, const std::string& flag) {
   namespace fs = std::filesystem;
   RN50_CHECK(fs::exists(path), "{} '{}': no such file or folder", flag, path);
-  if (!fs::is_directory(path)) return path;
+  if (!fs::is_directory(path)) {
+    const std::string hint = foreign_weights_hint(path, flag);
+    RN50_CHECK(hint.empty(), "{}", hint);
+    return path;
+  }
   const fs::path file = fs::path(path) / "model.safetensors";
   if (fs::is_regular_file(file)) return file.string();
   std::vector<std::string> others;

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/subprocess.h"
 #include "rn50/report.h"
 
 #ifndef RN50_PLOT_SCRIPT_DEFAULT
@@ -19,34 +20,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string shell_quote(const std::string& s) {
-  std::string o = "'";
-  for (char c : s) o += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return o + "'";
-}
-
-/// Runs `cmd` through the shell; returns its exit status and stdout+stderr.
-int run_captured(const std::string& cmd, std::string& output) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  RN50_CHECK(p != nullptr, "cannot run '{}'", cmd);
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) output.append(buf, n);
-  const int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 }  // namespace
 
 std::vector<std::string> write_report_plots(const std::vector<ReportTable>& tables,
                                             const std::string& dir, const std::string& python_arg,
                                             const std::string& script_arg) {
   std::string python = python_arg;
-  if (python.empty()) {
-    // Debian's python3-matplotlib is installed for the system interpreter, which a pyenv or
-    // virtualenv python3 earlier in PATH would not see.
-    const char* env = std::getenv("RN50_PYTHON");
-    python = env && *env ? env : fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-  }
+  if (python.empty()) python = helper_python();
   std::string script = script_arg;
   if (script.empty()) {
     const char* env = std::getenv("RN50_PLOT_SCRIPT");

@@ -16,6 +16,8 @@
 #include "train/checkpoint.h"
 #include "config/config.h"
 #include "config/flags.h"
+#include "data/sample_index.h"
+#include "data/stores.h"
 #include "train/mixup.h"
 
 namespace rn50 {
@@ -129,24 +131,36 @@ void Session::setup_data() {
       val = make_synthetic_source(std::min(n, kImageNetValImages), num_classes, vo);
     }
   } else {
-    const fs::path root(cfg.image_root);
-    RN50_CHECK(fs::is_directory(root),
+    const StoreOptions store = store_options(cfg);
+    const DataFormat format = data::detect_format(store);
+    const bool split_folders =
+        format == DataFormat::imagefolder || format == DataFormat::webdataset;
+    RN50_CHECK(cfg.image_root.empty() || fs::is_directory(cfg.image_root),
                "--image-root '{}': no such directory; pass the folder that holds train/ and val/ "
                "({})",
                cfg.image_root, kDataHelp);
-    if (need_train) {
-      const fs::path tr = root / "train";
-      RN50_CHECK(fs::is_directory(tr), "--image-root '{}': no train/ folder ('{}' is missing)",
-                 cfg.image_root, tr.string());
-      train = make_image_folder_source(tr.string(), Split::train, lo);
-    }
+    auto open = [&](Split split, const LoaderOptions& o) {
+      const char* name = split == Split::train ? "train" : "val";
+      if (split_folders)
+        RN50_CHECK(data::has_split(store, split),
+                   "--image-root '{}': no {}/ folder ('{}/{}' is missing)", cfg.image_root, name,
+                   cfg.image_root, name);
+      else if (format == DataFormat::filelist)
+        RN50_CHECK(data::has_split(store, split), "--data-format filelist: give --{}-list FILE",
+                   name);
+      else
+        RN50_CHECK(data::has_split(store, split),
+                   "--image-root '{}': no TFRecord shards of the {} split ({}-NNNNN-of-NNNNN)",
+                   cfg.image_root, name, split == Split::train ? "train" : "validation");
+      std::string what;
+      auto samples = data::open_split(store, split, &what);
+      return data::make_sample_source(std::move(samples), split, o, what);
+    };
+    if (need_train) train = open(Split::train, lo);
     if (need_val) {
-      const fs::path va = root / "val";
-      RN50_CHECK(fs::is_directory(va), "--image-root '{}': no val/ folder ('{}' is missing)",
-                 cfg.image_root, va.string());
       LoaderOptions vo = lo;
       vo.drop_last = false;
-      val = make_image_folder_source(va.string(), Split::val, vo);
+      val = open(Split::val, vo);
     }
     DataSource& ref = train ? *train : *val;
     const int folders = ref.num_classes();
@@ -156,9 +170,10 @@ void Session::setup_data() {
                cfg.num_classes, cfg.image_root, folders);
     if (train && val)
       RN50_CHECK(train->classes() == val->classes(),
-                 "--image-root '{}': train/ has {} class folders, val/ {}, and their names "
-                 "differ: labels would not match",
-                 cfg.image_root, train->num_classes(), val->num_classes());
+                 "--image-root '{}' ({}): the train split has {} classes, the val split {}, and "
+                 "their names differ: labels would not match",
+                 cfg.image_root, data_format_name(format), train->num_classes(),
+                 val->num_classes());
   }
   classes = train ? train->classes() : val->classes();
   if (train) {

@@ -1,0 +1,155 @@
+#!/usr/bin/python3
+"""Fixtures for `rn50 convert-weights` (tools/convert_weights.py): one torchvision ResNet saved
+the ways torchvision, DLE PyTorch and DLE Paddle save weights, and torch's answer on it.
+
+    weights_sources.py --arch resnet50 --num-classes N --seed S --out-dir DIR [images...]
+
+Builds torchvision.models.<arch>(num_classes=N) exactly as predict_golden.py does (seeded
+torchvision init, every BatchNorm's gamma/beta/running mean/running var drawn at random with the
+generator seeded S+1, fc multiplied by --fc-scale) and writes into DIR:
+
+  torchvision.pth     torch.save(model.state_dict()) (zip)
+  dle.pth.tar         a DLE PyTorch checkpoint as image_classification/training.py writes it:
+                      {"epoch", "best_prec1", "state_dict", "optimizer", "state_dict_ema"}, model
+                      keys "module."-prefixed (DistributedDataParallel) with DLE's stage names
+                      "layers.<i>" (models/resnet.py), conv weights in channels_last memory
+                      (--memory-format nhwc), SGD state with DLE's two parameter groups
+  paddle.pdparams     what DLE Paddle's paddle.static.save writes for that network: a pickled
+                      (protocol 4) dict of numpy arrays under Paddle's generated names, numbered
+                      in models/resnet.py's creation order (conv2d_<n>.w_0; batch_norm_<n>.w_0 /
+                      .b_0 / .w_1 / .w_2 = scale, bias, mean, variance; linear_0.w_0 as [in, out],
+                      linear_0.b_0), entries in sorted-name order (conv2d_10 before conv2d_2)
+  reference.safetensors      the state_dict (I64 num_batches_tracked), as predict_golden.py
+  reference_ema.safetensors  the checkpoint's state_dict_ema (every float tensor scaled by a
+                             random factor in [0.95, 1.05]), what --ema must give
+
+and prints, for each image and --sizes entry, torch's eval-mode softmax as one JSON line
+{"resize_short", "crop_size", "file", "probs"}, exactly like predict_golden.py (PIL RGB ->
+Resize(resize_short) -> CenterCrop(crop) -> ToTensor -> Normalize(ImageNet) -> softmax).
+With random BatchNorm a resnet50's logits reach the hundreds and its softmax is one-hot; pass
+--fc-scale 0.01 or so for probabilities worth comparing.
+
+dle.pth.tar holds floats (best_prec1, the optimizer's lr), which torch 1.13's weights-only
+reader refuses, so it also exercises convert_weights.py's own zip reader.
+"""
+import argparse, collections, copy, json, os, pickle, sys
+
+import numpy as np
+import torch, torchvision
+import torchvision.transforms as T
+from PIL import Image
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from predict_golden import save_safetensors  # noqa: E402
+
+
+def build_model(arch, num_classes, seed, fc_scale):
+    """predict_golden.py's model: torchvision init (seeded), random BatchNorm, scaled fc."""
+    torch.manual_seed(seed)
+    m = getattr(torchvision.models, arch)(num_classes=num_classes)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for mod in m.modules():
+            if isinstance(mod, torch.nn.BatchNorm2d):
+                c = mod.num_features
+                mod.weight.copy_(0.5 + torch.rand(c, generator=g))
+                mod.bias.copy_(0.2 * torch.randn(c, generator=g))
+                mod.running_mean.copy_(0.1 * torch.randn(c, generator=g))
+                mod.running_var.copy_(0.5 + torch.rand(c, generator=g))
+        m.fc.weight.mul_(fc_scale)
+        m.fc.bias.mul_(fc_scale)
+    return m.eval()
+
+
+def dle_name(k):
+    """torchvision key -> DLE ConvNets' key under DistributedDataParallel."""
+    if k.startswith("layer"):
+        stage, rest = k.split(".", 1)
+        k = f"layers.{int(stage[5:]) - 1}.{rest}"
+    return "module." + k
+
+
+def dle_checkpoint(m, seed):
+    """The dict DLE's train_loop saves: epoch, best_prec1, Trainer.state_dict() (+ EMA)."""
+    g = torch.Generator().manual_seed(seed + 2)
+    live = copy.deepcopy(m).to(memory_format=torch.channels_last)
+    ema = copy.deepcopy(live)
+    with torch.no_grad():
+        for t in ema.state_dict().values():
+            if t.is_floating_point():
+                t.mul_(0.95 + 0.1 * torch.rand(t.shape, generator=g))
+    named = list(live.named_parameters())  # DLE: optimizers.get_sgd_optimizer, bn_weight_decay off
+    opt = torch.optim.SGD([{"params": [p for n, p in named if "bn" in n], "weight_decay": 0},
+                           {"params": [p for n, p in named if "bn" not in n]}],
+                          lr=2.048, momentum=0.875, weight_decay=3.0517578125e-05)
+    for _, p in named:
+        opt.state[p]["momentum_buffer"] = 0.01 * torch.randn(p.shape, generator=g)
+    prefixed = lambda sd: collections.OrderedDict((dle_name(k), v) for k, v in sd.items())
+    ckpt = {"epoch": 90, "best_prec1": 76.5, "state_dict": prefixed(live.state_dict()),
+            "optimizer": opt.state_dict(), "state_dict_ema": prefixed(ema.state_dict())}
+    return ckpt, ema.state_dict()
+
+
+def paddle_params(arch, sd):
+    """What paddle.static.save writes for DLE Paddle's ResNet holding `sd`: generated names
+    numbered in the creation order of models/resnet.py (ResNet.__init__ and BottleneckBlock)."""
+    counts = {"resnet18": (2, 2, 2, 2), "resnet34": (3, 4, 6, 3), "resnet50": (3, 4, 6, 3),
+              "resnet101": (3, 4, 23, 3), "resnet152": (3, 8, 36, 3)}[arch]
+    bottleneck = arch not in ("resnet18", "resnet34")
+    layers = [("conv1", "bn1")]  # self.stem: one ConvBNLayer (Conv2D, then BatchNorm)
+    for block_idx, depth in enumerate(counts):
+        shortcut = False
+        for i in range(depth):
+            p = f"layer{block_idx + 1}.{i}"  # conv0, conv1, conv2 = torchvision conv1..3
+            layers += [(f"{p}.conv{c}", f"{p}.bn{c}") for c in range(1, 4 if bottleneck else 3)]
+            if not shortcut and (bottleneck or block_idx > 0):  # self.short, created last
+                layers.append((f"{p}.downsample.0", f"{p}.downsample.1"))
+            shortcut = True
+    a = lambda k: sd[k].detach().cpu().numpy().astype(np.float32)
+    out = {}
+    for n, (conv, bn) in enumerate(layers):
+        out[f"conv2d_{n}.w_0"] = a(conv + ".weight")
+        for s, t in (("w_0", "weight"), ("b_0", "bias"), ("w_1", "running_mean"), ("w_2", "running_var")):
+            out[f"batch_norm_{n}.{s}"] = a(f"{bn}.{t}")
+    out["linear_0.w_0"] = np.ascontiguousarray(a("fc.weight").T)  # Linear weight is [in, out]
+    out["linear_0.b_0"] = a("fc.bias")
+    return {k: out[k] for k in sorted(out)}  # sorted names: conv2d_10 before conv2d_2
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arch", default="resnet50",
+                   choices=["resnet18", "resnet34", "resnet50", "resnet101", "resnet152"])
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fc-scale", type=float, default=1.0, help="multiplies fc weight and bias")
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--sizes", default="256:224", help="comma-separated resize_short:crop pairs")
+    p.add_argument("images", nargs="*")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    os.makedirs(a.out_dir, exist_ok=True)
+    out = lambda name: os.path.join(a.out_dir, name)
+    m = build_model(a.arch, a.num_classes, a.seed, a.fc_scale)
+    sd = m.state_dict()
+    torch.save(sd, out("torchvision.pth"))
+    save_safetensors(out("reference.safetensors"), sd)
+    ckpt, ema = dle_checkpoint(m, a.seed)
+    torch.save(ckpt, out("dle.pth.tar"))
+    save_safetensors(out("reference_ema.safetensors"), ema)
+    with open(out("paddle.pdparams"), "wb") as f:
+        pickle.dump(paddle_params(a.arch, sd), f, protocol=4)  # paddle.static.save's protocol
+    norm = T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    for pair in a.sizes.split(","):
+        rs, crop = (int(v) for v in pair.split(":"))
+        tf = T.Compose([T.Resize(rs), T.CenterCrop(crop), T.ToTensor(), norm])
+        for path in a.images:
+            x = tf(Image.open(path).convert("RGB")).unsqueeze(0)
+            with torch.no_grad():
+                probs = torch.softmax(m(x).float(), dim=1)[0]
+            print(json.dumps({"resize_short": rs, "crop_size": crop, "file": path,
+                              "probs": probs.tolist()}), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
