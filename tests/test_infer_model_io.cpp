@@ -104,9 +104,37 @@ TEST(InferModelIo, DamagedFoldersAreNamed) {
   std::vector<std::pair<std::string, Tensor>> kept;
   for (const std::string& k : w.order)
     if (k != "fc.bias") kept.emplace_back(k, w.tensors.at(k));
-  save_safetensors(dir + "/model.safetensors", kept);
+  const FileDigest d = save_safetensors(dir + "/model.safetensors", kept);
+  e = error_of([&] { load_inference_model(dir); });
+  EXPECT_NE(e.find("damaged"), std::string::npos) << e;  // model.json recorded the old file
+  with_json([&](nlohmann::json& j) { j["weights_digest"] = d.to_json(); });
   e = error_of([&] { load_inference_model(dir); });
   EXPECT_NE(e.find("'fc.bias' is missing"), std::string::npos) << e;
+}
+
+TEST(InferModelIo, TruncatedOrBitFlippedWeightsAreNamedAsDamaged) {
+  TempDir tmp("infer_model_flip");
+  const std::string dir = tmp.path.string();
+  save_inference_model(tiny_model(), dir);
+  const std::string wpath = dir + "/model.safetensors";
+  const std::string good = read_file(wpath);
+  std::string flipped = good;
+  flipped[good.size() / 2] = static_cast<char>(flipped[good.size() / 2] ^ 0x01);  // one bit
+  write_file_atomic(wpath, flipped);
+  std::string e = error_of([&] { load_inference_model(dir); });
+  EXPECT_NE(e.find(wpath), std::string::npos) << e;
+  EXPECT_NE(e.find("CRC-32C"), std::string::npos) << e;
+  EXPECT_NE(e.find("damaged"), std::string::npos) << e;
+  write_file_atomic(wpath, good.substr(0, good.size() - 4));
+  e = error_of([&] { load_inference_model(dir); });
+  EXPECT_NE(e.find("bytes"), std::string::npos) << e;
+  EXPECT_NE(e.find("damaged"), std::string::npos) << e;
+  // The same file read as weights (--from-pretrained-params DIR) is checked against model.json.
+  write_file_atomic(wpath, flipped);
+  e = error_of([&] { fold_weights_file(dir); });
+  EXPECT_NE(e.find("damaged"), std::string::npos) << e;
+  write_file_atomic(wpath, good);
+  EXPECT_NO_THROW(load_inference_model(dir));
 }
 
 TEST(InferModelIo, CliExportsCheckpointsAndWeightsFiles) {

@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <random>
 
 #include "core/check.h"
+#include "core/fileio.h"
 #include "core/safetensors.h"
+#include "model/weights.h"
 #include "rn50/backend.h"
 #include "rn50/model.h"
 #include "test_train_util.h"
@@ -358,3 +361,54 @@ TEST(TrainCheckpoint, KrscSlabsSaveAndLoadInTorchvisionLayout) {
 
 }  // namespace
 }  // namespace rn50
+
+TEST(TrainCheckpoint, DamagedFilesAreNamedNotLoaded) {
+  auto be = make_backend("onednn");
+  auto a = small_model(*be, 5, 1);
+  SgdOptimizer oa(*be, *a, {});
+  TempDir tmp("ckpt_damaged");
+  const fs::path dir = tmp.path / "resnet18" / "3";
+  save_checkpoint(dir.string(), *a, oa, some_state());
+  const CheckpointState st = read_checkpoint_state(dir.string());
+  ASSERT_EQ(st.files.size(), 2u);  // size and CRC-32C of both files recorded in state.json
+  EXPECT_EQ(st.files.at("model.safetensors").bytes,
+            int64_t(fs::file_size(dir / "model.safetensors")));
+  auto b = small_model(*be, 5, 2);
+  SgdOptimizer ob(*be, *b, {});
+  auto error_of = [&](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    SCOPED_TRACE(file);
+    const std::string path = (dir / file).string(), good = read_file(path);
+    std::string bad = good;
+    bad[bad.size() - 3] = static_cast<char>(bad[bad.size() - 3] ^ 0x40);  // a weight's bit
+    write_file_atomic(path, bad);
+    std::string e = error_of([&] { load_checkpoint(dir.string(), *b, ob); });
+    EXPECT_NE(e.find(path), std::string::npos) << e;
+    EXPECT_NE(e.find("damaged"), std::string::npos) << e;
+    write_file_atomic(path, good.substr(0, good.size() / 2));  // truncated
+    e = error_of([&] { load_checkpoint(dir.string(), *b, ob); });
+    EXPECT_NE(e.find("damaged"), std::string::npos) << e;
+    if (std::string(file) == "model.safetensors") {  // --from-pretrained-params <epoch folder>
+      e = error_of([&] { load_pretrained_params(dir.string(), *b); });
+      EXPECT_NE(e.find("damaged"), std::string::npos) << e;
+    }
+    write_file_atomic(path, good);
+  }
+  EXPECT_NO_THROW(load_checkpoint(dir.string(), *b, ob));
+  // A state.json of an older rn50, without "files", still loads (nothing to check against).
+  nlohmann::json j = nlohmann::json::parse(read_file((dir / "state.json").string()));
+  j.erase("files");
+  write_file_atomic((dir / "state.json").string(), j.dump());
+  EXPECT_NO_THROW(load_checkpoint(dir.string(), *b, ob));
+  j["files"] = {{"model.safetensors", {{"bytes", -1}, {"crc32c", "zz"}}}};
+  write_file_atomic((dir / "state.json").string(), j.dump());
+  EXPECT_NE(error_of([&] { read_checkpoint_state(dir.string()); }).find("files.model.safetensors"),
+            std::string::npos);
+}

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "core/crc32c.h"
 #include "core/fileio.h"
 
 namespace rn50 {
@@ -19,7 +20,25 @@ static DType parse_dtype(const std::string& s, const std::string& path, const st
   RN50_FAIL("{}: tensor '{}' has unsupported dtype '{}'", path, name, s);
 }
 
-void save_safetensors(const std::string& path,
+nlohmann::json FileDigest::to_json() const {
+  return {{"bytes", bytes}, {"crc32c", fmt::format("{:08x}", crc32c)}};
+}
+
+FileDigest FileDigest::from_json(const nlohmann::json& j, const std::string& what) {
+  FileDigest d;
+  const bool ok = j.is_object() && j.contains("bytes") && j["bytes"].is_number_integer() &&
+                  j["bytes"].get<int64_t>() >= 0 && j.contains("crc32c") &&
+                  j["crc32c"].is_string() && j["crc32c"].get<std::string>().size() == 8 &&
+                  j["crc32c"].get<std::string>().find_first_not_of("0123456789abcdef") ==
+                      std::string::npos;
+  RN50_CHECK(ok, "{}: expected {{\"bytes\": N, \"crc32c\": \"8 hex digits\"}}, got {}", what,
+             j.dump());
+  d.bytes = j["bytes"].get<int64_t>();
+  d.crc32c = static_cast<uint32_t>(std::stoul(j["crc32c"].get<std::string>(), nullptr, 16));
+  return d;
+}
+
+FileDigest save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -47,10 +66,23 @@ void save_safetensors(const std::string& path,
   out += h;
   for (auto& r : rowmajor) out.append(static_cast<const char*>(r.data()), r.nbytes());
   write_file_atomic(path, out);
+  return {static_cast<int64_t>(out.size()), crc32c(out.data(), out.size())};
 }
 
-SafeTensorsFile load_safetensors(const std::string& path) {
+SafeTensorsFile load_safetensors(const std::string& path, const FileDigest& expected,
+                                 const std::string& recorded_in) {
   std::string bytes = read_file(path);
+  if (expected.known()) {
+    RN50_CHECK(static_cast<int64_t>(bytes.size()) == expected.bytes,
+               "{}: {} bytes, but {} recorded {} when it was written: the file is damaged "
+               "(truncated or changed since); use another checkpoint epoch or write it again",
+               path, bytes.size(), recorded_in, expected.bytes);
+    const uint32_t c = crc32c(bytes.data(), bytes.size());
+    RN50_CHECK(c == expected.crc32c,
+               "{}: CRC-32C {:08x}, but {} recorded {:08x} when it was written: the file is "
+               "damaged (changed since); use another checkpoint epoch or write it again",
+               path, c, recorded_in, expected.crc32c);
+  }
   RN50_CHECK(bytes.size() >= 8, "{}: not a safetensors file (only {} bytes)", path, bytes.size());
   uint64_t len = 0;
   for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);

@@ -19,12 +19,13 @@
 #include <string_view>
 #include <vector>
 
+#include "core/crc32c.h"
 #include "data/sample_index.h"
 
 namespace rn50::data {
 
-/// CRC-32C of `n` bytes (continuing `crc`), and TFRecord's masked form of it.
-uint32_t crc32c(const uint8_t* data, size_t n, uint32_t crc = 0);
+/// TFRecord's masked form of the CRC-32C (core/crc32c.h) of `n` bytes: rotated right by 15
+/// bits plus 0xa282ead8 (tensorflow/core/lib/hash/crc32c.h Mask).
 uint32_t masked_crc32c(const uint8_t* data, size_t n);
 
 /// One record's frame in a shard: its byte offset and size (12 + length + 4), DALI's "offset

@@ -183,7 +183,7 @@ InferenceProgram fold_network(const NetworkDesc& d, const std::map<std::string, 
 InferenceProgram fold_weights_file(const std::string& weights, const std::string& arch,
                                    int num_classes) {
   const std::string path = weights_file(weights, "--from-pretrained-params");
-  const SafeTensorsFile file = load_safetensors(path);
+  const SafeTensorsFile file = load_weights_file(path);
   const std::string a = arch.empty() ? infer_arch(file.tensors, path) : arch;
   const int k = classes_of(file, path, num_classes);
   return fold_network(describe(arch_from_name(a), k), state_dict_f32(file, path, k));

@@ -135,8 +135,10 @@ void save_inference_model(const InferenceModel& m, const std::string& dir) {
   j["classes"] = m.info.classes;
   j["values"] = p.producer.size();
   j["ops"] = ops;
-  save_safetensors((fs::path(dir) / kInferenceWeightsFile).string(), tensors,
-                   {{"format", kFormat}, {"arch", p.arch}});
+  j["weights_digest"] = save_safetensors((fs::path(dir) / kInferenceWeightsFile).string(),
+                                         tensors, {{"format", kFormat}, {"arch", p.arch}})
+                            .to_json();
+  // Written last: a folder holds model.json only once its weights are complete.
   write_file_atomic((fs::path(dir) / kInferenceJsonFile).string(), j.dump(1) + "\n");
 }
 
@@ -182,7 +184,10 @@ InferenceModel load_inference_model(const std::string& dir) {
 
   RN50_CHECK(fs::exists(wpath), "'{}': {} is missing beside {}", dir, kInferenceWeightsFile,
              kInferenceJsonFile);
-  SafeTensorsFile w = load_safetensors(wpath);
+  const FileDigest digest = j.contains("weights_digest")
+                                ? FileDigest::from_json(j["weights_digest"], jpath + " weights_digest")
+                                : FileDigest{};
+  SafeTensorsFile w = load_safetensors(wpath, digest, jpath);
   auto tensor = [&](const std::string& key, const std::vector<int64_t>& shape) {
     auto it = w.tensors.find(key);
     RN50_CHECK(it != w.tensors.end(), "'{}': tensor '{}' is missing", wpath, key);
@@ -301,7 +306,7 @@ void run_export(const ExportConfig& cfg, std::ostream& out) {
              cfg.resize_short, cfg.crop_size);
   // fold_weights_file, keeping the description and the state dict for the QAT ranges.
   const std::string weights = weights_file(cfg.weights, "--from-pretrained-params");
-  const SafeTensorsFile file = load_safetensors(weights);
+  const SafeTensorsFile file = load_weights_file(weights);
   const std::string arch_name = cfg.arch.empty() ? infer_arch(file.tensors, weights) : cfg.arch;
   const int k = classes_of(file, weights, cfg.num_classes);
   const NetworkDesc desc = describe(arch_from_name(arch_name), k);

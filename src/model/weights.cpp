@@ -12,6 +12,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "core/fileio.h"
 #include "model/convert_weights.h"
 
 namespace rn50 {
@@ -125,9 +126,33 @@ std::string weights_file(const std::string& path, const std::string& flag) {
                            : fmt::format(" (it holds {})", fmt::join(others, ", ")));
 }
 
+SafeTensorsFile load_weights_file(const std::string& file) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(file).parent_path(), name = fs::path(file).filename();
+  for (const char* sidecar : {"state.json", "model.json"}) {
+    const fs::path side = dir / sidecar;
+    if (!fs::is_regular_file(side)) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_file(side.string()));
+    } catch (const nlohmann::json::exception&) {
+      continue;  // not ours to judge here: the file itself is still checked by its reader
+    }
+    if (!j.is_object()) continue;
+    const nlohmann::json* d = nullptr;
+    if (j.contains("files") && j["files"].is_object() && j["files"].contains(name.string()))
+      d = &j["files"][name.string()];
+    else if (name == "model.safetensors" && j.contains("weights_digest"))
+      d = &j["weights_digest"];
+    if (d)
+      return load_safetensors(file, FileDigest::from_json(*d, side.string()), side.string());
+  }
+  return load_safetensors(file);
+}
+
 void load_pretrained_params(const std::string& path, ResNet& model) {
   const std::string file = weights_file(path, "--from-pretrained-params");
-  load_pretrained_params(load_safetensors(file), file, model);
+  load_pretrained_params(load_weights_file(file), file, model);
 }
 
 void load_pretrained_params(const SafeTensorsFile& f, const std::string& path, ResNet& model) {

@@ -18,6 +18,13 @@ namespace rn50 {
 /// rn50::Error naming the flag, the path and the file expected when there is none.
 std::string weights_file(const std::string& path, const std::string& flag);
 
+/// Reads the weights file `file` (weights_file's answer) as load_safetensors does, checking it
+/// against the digest rn50 recorded beside it when there is one: an rn50 checkpoint epoch
+/// folder's state.json ("files") or an exported model's model.json ("weights_digest"). Throws
+/// rn50::Error naming the file when it is damaged (size or CRC-32C differ), or as
+/// load_safetensors.
+SafeTensorsFile load_weights_file(const std::string& file);
+
 /// Loads torchvision-keyed weights (e.g. resnet50().state_dict() saved as safetensors) into
 /// `model`: every parameter and running_mean/var must be present with the model's shape
 /// (num_batches_tracked entries are ignored; F64/F16/BF16 are converted to F32; unexpected keys

@@ -45,6 +45,11 @@ nlohmann::ordered_json CheckpointState::to_json() const {
   }
   j["model_file"] = model_file;
   j["optimizer_file"] = optimizer_file;
+  if (!files.empty()) {
+    nlohmann::ordered_json f = nlohmann::ordered_json::object();
+    for (const auto& [name, d] : files) f[name] = d.to_json();
+    j["files"] = f;
+  }
   return j;
 }
 
@@ -67,6 +72,11 @@ CheckpointState CheckpointState::from_json(const nlohmann::json& j, const std::s
     for (const std::string* f : {&s.model_file, &s.optimizer_file})
       RN50_CHECK(!f->empty() && f->find('/') == std::string::npos && *f != "." && *f != "..",
                  "{}: file name '{}' must be a plain name inside the epoch folder", what, *f);
+    if (j.contains("files")) {
+      RN50_CHECK(j["files"].is_object(), "{}: \"files\" must be an object", what);
+      for (const auto& [name, d] : j["files"].items())
+        s.files[name] = FileDigest::from_json(d, fmt::format("{} files.{}", what, name));
+    }
   } catch (const nlohmann::json::exception& e) {
     RN50_FAIL("{}: bad checkpoint state: {}", what, e.what());
   }
@@ -99,10 +109,13 @@ void save_checkpoint(const std::string& dir, ResNet& model, SgdOptimizer& optimi
   const std::map<std::string, std::string> meta{
       {"format", "pt"}, {"arch", state.arch}, {"rn50_version", state.version},
       {"epoch", std::to_string(state.epoch)}};
-  save_safetensors((fs::path(dir) / state.model_file).string(), model.state_dict(), meta);
-  save_safetensors((fs::path(dir) / state.optimizer_file).string(), optimizer.state_dict(), meta);
-
-  write_file_atomic(state_path.string(), state.to_json().dump(2) + "\n");
+  CheckpointState st = state;
+  st.files[st.model_file] =
+      save_safetensors((fs::path(dir) / st.model_file).string(), model.state_dict(), meta);
+  st.files[st.optimizer_file] = save_safetensors((fs::path(dir) / st.optimizer_file).string(),
+                                                 optimizer.state_dict(), meta);
+  // Written last: a folder holds state.json only once both files are complete.
+  write_file_atomic(state_path.string(), st.to_json().dump(2) + "\n");
 }
 
 // ---- resolve / load ----
@@ -174,7 +187,12 @@ std::string resolve_checkpoint_dir(const std::string& from, const std::string& l
 CheckpointState load_checkpoint(const std::string& dir, ResNet& model, SgdOptimizer& optimizer) {
   CheckpointState st = read_checkpoint_state(dir);
   const std::string mpath = (fs::path(dir) / st.model_file).string();
-  SafeTensorsFile mf = load_safetensors(mpath);
+  const std::string spath = (fs::path(dir) / kStateFile).string();
+  auto digest = [&](const std::string& f) {
+    auto it = st.files.find(f);
+    return it == st.files.end() ? FileDigest{} : it->second;
+  };
+  SafeTensorsFile mf = load_safetensors(mpath, digest(st.model_file), spath);
   for (const ParamInfo& p : model.params()) {
     auto it = mf.tensors.find(p.name);
     RN50_CHECK(it != mf.tensors.end(), "{}: missing key '{}'", mpath, p.name);
@@ -187,7 +205,7 @@ CheckpointState load_checkpoint(const std::string& dir, ResNet& model, SgdOptimi
                mpath, p.name, shape_str(it->second.shape()), shape_str(p.shape), st.arch);
   }
   const std::string opath = (fs::path(dir) / st.optimizer_file).string();
-  SafeTensorsFile of = load_safetensors(opath);
+  SafeTensorsFile of = load_safetensors(opath, digest(st.optimizer_file), spath);
   model.load_state_dict(mf.tensors, /*strict=*/true);
   optimizer.load_state_dict(of.tensors, opath);
   return st;

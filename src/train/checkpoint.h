@@ -46,6 +46,9 @@ struct CheckpointState {
   int64_t skipped_steps = 0;  ///< steps skipped for inf/NaN gradients so far
   std::string model_file = "model.safetensors";          ///< weights file in the epoch folder
   std::string optimizer_file = "optimizer.safetensors";  ///< optimizer state file
+  /// Size and CRC-32C of each of the two files as written (state.json "files"), checked by
+  /// load_checkpoint; empty for checkpoints of rn50 versions that did not record them.
+  std::map<std::string, FileDigest> files;
 
   nlohmann::ordered_json to_json() const;
   /// Throws rn50::Error naming `what` (the file) when a field is missing or has the wrong type.
