@@ -384,7 +384,11 @@ void add_precision_and_data(std::vector<FlagSpec>& t) {
                       "checkpoint every N epochs (and after the last); 0 = never", T,
                       at_least(0)));
   t.push_back(text("--checkpoint-dir", &C::checkpoint_dir,
-                   "checkpoints go to <dir>/<arch>/<epoch>/", T));
+                   "checkpoints go to <dir>/<arch>/<epoch>/ (checked writable before the first "
+                   "epoch; a later failed write, e.g. a full disk, stops the run naming the "
+                   "file, and the newest complete epoch folder stays the one "
+                   "--last-epoch-of-checkpoint auto resumes from)",
+                   T));
   t.push_back(text("--model-prefix", &C::model_prefix,
                    "file name prefix of checkpoint files: <prefix>.safetensors and "
                    "<prefix>.optimizer.safetensors (model: model.safetensors, "
@@ -405,7 +409,9 @@ void add_precision_and_data(std::vector<FlagSpec>& t) {
   t.push_back(text("--report-file", &C::report_file,
                    "report file: train/eval write JSON lines (config, step, epoch, eval, "
                    "benchmark records); bench loader and bench infer append their lines; bench "
-                   "train writes its sweep JSON; empty = none",
+                   "train writes its sweep JSON; empty = none. A write that fails (a full disk) "
+                   "stops the run naming the file and the reason, as DLLogger does: a run "
+                   "whose record is being lost is not left to continue unnoticed",
                    TE | BT | BL | BI));
   t.push_back(choice("--report-format", &C::report_format, {"rn50", "dllogger"},
                      "format of --report-file: rn50's JSON lines (docs/report-schema.md) or "

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/fileio.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/session.h"
@@ -168,6 +169,9 @@ void run_training(Session& s) {
               s.start_epoch - 1, cfg.epochs);
     return;
   }
+  // A checkpoint folder that cannot be written fails now, not after the first epoch's compute.
+  if (cfg.save_interval > 0 && s.proc.rank == 0)
+    check_writable_dir((fs::path(cfg.checkpoint_dir) / cfg.arch).string(), "--checkpoint-dir");
   // Step lines every --print-interval: in place on a terminal, plain lines in a log.
   ProgressLine progress(stdout, 0);
   s.log.attach_progress(&progress);
