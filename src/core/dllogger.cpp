@@ -85,7 +85,9 @@ nlohmann::json parse_dllogger_line(const std::string& line) {
 }
 
 nlohmann::json dllogger_to_record(const nlohmann::json& dlll) {
-  if (dlll.value("type", "") != "LOG" || !dlll.contains("data") || !dlll["data"].is_object())
+  // Any JSON may come in (a DLLogger line of another tool): check types before reading.
+  if (!dlll.is_object() || !dlll.contains("type") || dlll["type"] != "LOG" ||
+      !dlll.contains("data") || !dlll["data"].is_object())
     return nullptr;
   const nlohmann::json& data = dlll["data"];
   if (!data.contains("rn50.record") || !data["rn50.record"].is_string()) return nullptr;
