@@ -35,5 +35,8 @@ void fuzz_checkpoint_state(const uint8_t* data, size_t size);
 void fuzz_config(const uint8_t* data, size_t size);
 /// load_report_inputs on one result file (report records, DLLogger lines).
 void fuzz_report(const uint8_t* data, size_t size);
+/// parse_infer_request (rn50 serve: JSON and binary-extension bodies) + make_infer_response;
+/// built only with the server (RN50_HAVE_SERVE).
+void fuzz_serve_protocol(const uint8_t* data, size_t size);
 
 }  // namespace rn50::fuzz

@@ -19,19 +19,25 @@ JOBS=${RN50_FUZZ_JOBS:-2}
 ALL=(fuzz_decode_image fuzz_decode_region fuzz_validate_image fuzz_tfrecord fuzz_example
      fuzz_dali_index fuzz_tar fuzz_file_list fuzz_safetensors fuzz_model_io fuzz_checkpoint_state
      fuzz_config fuzz_report)
-if [ $# -gt 0 ]; then HARNESSES=("$@"); else HARNESSES=("${ALL[@]}"); fi
 
 if [ ! -f "$BUILD/build.ninja" ]; then
   CC=${CC:-clang-14} CXX=${CXX:-clang++-14} cmake -S "$ROOT" -B "$BUILD" -G Ninja \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRN50_FUZZ=ON -DRN50_CUDA=OFF -DRN50_BUILD_TESTS=OFF \
     > "$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log"; exit 2; }
 fi
+# The server's harness exists when cpp-httplib was found (rn50 serve is built).
+[ -n "${RN50_FUZZ_NO_BUILD:-}" ] || ninja -C "$BUILD" build.ninja > /dev/null
+if ninja -C "$BUILD" -t targets all 2>/dev/null | grep -q '^fuzz_serve_protocol:'; then
+  ALL+=(fuzz_serve_protocol)
+fi
+if [ $# -gt 0 ]; then HARNESSES=("$@"); else HARNESSES=("${ALL[@]}"); fi
 [ -n "${RN50_FUZZ_NO_BUILD:-}" ] || ninja -C "$BUILD" -j"$JOBS" "${HARNESSES[@]}"
 
 dict_of() {
   case "$1" in
     fuzz_decode_image|fuzz_decode_region|fuzz_validate_image) echo "$ROOT/fuzz/dict/image.dict" ;;
-    fuzz_safetensors|fuzz_model_io|fuzz_checkpoint_state|fuzz_config|fuzz_report)
+    fuzz_safetensors|fuzz_model_io|fuzz_checkpoint_state|fuzz_config|fuzz_report|\
+    fuzz_serve_protocol)
       echo "$ROOT/fuzz/dict/json.dict" ;;
     *) echo "" ;;
   esac

@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/fileio.h"
+#include "core/json_value.h"
 #include "core/report.h"
 #include "config/flags.h"
 
@@ -83,13 +84,14 @@ std::vector<std::string> apply_config_file(Config& cfg, const std::string& path,
     // JSON: a checkpoint's state.json (its "config"), a JSON object of flags, or a report
     // (JSON lines: its config line).
     json config;
-    const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    const json doc = parse_json_limited(text, fmt::format("--config '{}'", path),
+                                        /*allow_exceptions=*/false);
     if (doc.is_object()) {
       config = doc.contains("config") && doc["config"].is_object() ? doc["config"] : doc;
     } else {
       std::istringstream lines(text);
       for (std::string line; std::getline(lines, line);) {
-        const json j = json::parse(line, nullptr, false);
+        const json j = parse_json_limited(line, fmt::format("--config '{}'", path), false);
         if (j.is_object() && j.contains("type") && j["type"] == "config") {
           config = j;
           break;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -29,6 +30,25 @@ struct is_vector : std::false_type {};
 template <class U>
 struct is_vector<std::vector<U>> : std::true_type {};
 }  // namespace json_detail
+
+/// How deep JSON read from files and requests may nest. nlohmann parses iteratively, but copying
+/// and dumping a value recurse, so a document of a million '[' would overflow the stack later.
+inline constexpr int kMaxJsonDepth = 64;
+
+/// nlohmann::json::parse(text) refusing documents nested deeper than kMaxJsonDepth with
+/// rn50::Error "`what`: JSON nested deeper than 64 levels". Other errors as nlohmann's parse
+/// (json::parse_error), or a discarded value when `allow_exceptions` is false.
+inline nlohmann::json parse_json_limited(std::string_view text, const std::string& what,
+                                         bool allow_exceptions = true) {
+  return nlohmann::json::parse(
+      text,
+      [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+        RN50_CHECK(depth <= kMaxJsonDepth, "{}: JSON nested deeper than {} levels", what,
+                   kMaxJsonDepth);
+        return true;
+      },
+      allow_exceptions);
+}
 
 /// `v` as T: an integer type (a JSON integer, or a float with an integral value, in T's range),
 /// a floating type (any number), bool, std::string, or a std::vector of those (a JSON array).

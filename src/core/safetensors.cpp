@@ -59,7 +59,9 @@ SafeTensorsFile load_safetensors(const std::string& path) {
              bytes.size());
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(bytes.substr(8, len));
+    header = parse_json_limited(std::string_view(bytes).substr(8, len), path + ": header");
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
     RN50_FAIL("{}: header is not valid JSON: {}", path, e.what());
   }

@@ -173,7 +173,7 @@ ReportInputs load_report_inputs(const std::vector<std::string>& files) {
         }
       } else {
         try {
-          r = json::parse(line);
+          r = parse_json_limited(line, where);
         } catch (const json::exception&) {
           RN50_FAIL("{}: not JSON (expected an rn50 report, a bench sweep or DLLogger lines)",
                     where);

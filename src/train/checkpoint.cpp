@@ -81,7 +81,7 @@ CheckpointState read_checkpoint_state(const std::string& dir) {
   const std::string path = (fs::path(dir) / kStateFile).string();
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_file(path));
+    j = parse_json_limited(read_file(path), path);
   } catch (const nlohmann::json::exception& e) {
     RN50_FAIL("{}: not valid JSON: {}", path, e.what());
   }
