@@ -251,7 +251,7 @@ InferRequest parse_infer_request(std::string_view body, std::optional<int64_t> h
         bad(fmt::format("the request's JSON is nested deeper than {} levels", kMaxJsonDepth));
       return true;
     });
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     bad(fmt::format("the request is not valid JSON ({}){}", e.what(),
                     header_length ? "" : "; binary tensors need the Inference-Header-Content-Length "
                                          "header"));
