@@ -145,7 +145,7 @@ InferenceModel load_inference_model(const std::string& dir) {
              kInferenceJsonFile);
   json j;
   try {
-    j = parse_json_limited(read_file(jpath), "'" + jpath + "'");
+    j = parse_json_limited(read_file(jpath), fmt::format("'{}'", jpath));
   } catch (const json::exception& e) {
     RN50_FAIL("'{}': not valid JSON ({})", jpath, e.what());
   }
