@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/fileio.h"
+#include "core/json_value.h"
 #include "core/report.h"
 #include "config/flags.h"
 
@@ -28,10 +29,14 @@ const FlagSpec* flag_for_key(std::string key, unsigned command = 0) {
   return any;
 }
 
-/// JSON value -> the flag's text values (lists element by element).
-std::vector<std::string> json_inputs(const json& v) {
+/// JSON value -> the flag's text values (lists element by element). `where` names the file and
+/// key in the error for a value no flag takes (an object, a list inside a list).
+std::vector<std::string> json_inputs(const json& v, const std::string& where) {
   std::vector<std::string> out;
-  auto one = [](const json& x) {
+  auto one = [&](const json& x) {
+    RN50_CHECK(x.is_primitive() && !x.is_null(),
+               "{}: expected a string, number, true/false or a list of them, got {}", where,
+               x.dump().substr(0, 80));
     if (x.is_string()) return x.get<std::string>();
     if (x.is_boolean()) return std::string(x.get<bool>() ? "true" : "false");
     if (x.is_number_integer()) return std::to_string(x.get<int64_t>());
@@ -79,14 +84,15 @@ std::vector<std::string> apply_config_file(Config& cfg, const std::string& path,
     // JSON: a checkpoint's state.json (its "config"), a JSON object of flags, or a report
     // (JSON lines: its config line).
     json config;
-    const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    const json doc = parse_json_limited(text, fmt::format("--config '{}'", path),
+                                        /*allow_exceptions=*/false);
     if (doc.is_object()) {
       config = doc.contains("config") && doc["config"].is_object() ? doc["config"] : doc;
     } else {
       std::istringstream lines(text);
       for (std::string line; std::getline(lines, line);) {
-        const json j = json::parse(line, nullptr, false);
-        if (j.is_object() && j.value("type", "") == "config") {
+        const json j = parse_json_limited(line, fmt::format("--config '{}'", path), false);
+        if (j.is_object() && j.contains("type") && j["type"] == "config") {
           config = j;
           break;
         }
@@ -99,7 +105,7 @@ std::vector<std::string> apply_config_file(Config& cfg, const std::string& path,
                path);
     for (const auto& [k, v] : config.items()) {
       if (is_run_fact(k)) continue;
-      add(k, json_inputs(v), "");
+      add(k, json_inputs(v, fmt::format("--config '{}': '{}'", path, k)), "");
     }
   } else {
     std::vector<CLI::ConfigItem> parsed;

@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "core/check.h"
+#include "core/json_value.h"
 
 namespace rn50 {
 namespace {
@@ -76,7 +77,7 @@ nlohmann::json parse_dllogger_line(const std::string& line) {
   RN50_CHECK(line.rfind("DLLL ", 0) == 0, "not a DLLogger line (no \"DLLL \" prefix)");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(line.substr(5));
+    j = parse_json_limited(std::string_view(line).substr(5), "DLLogger line");
   } catch (const nlohmann::json::exception& e) {
     RN50_FAIL("DLLogger line is not JSON: {}", e.what());
   }
@@ -85,7 +86,9 @@ nlohmann::json parse_dllogger_line(const std::string& line) {
 }
 
 nlohmann::json dllogger_to_record(const nlohmann::json& dlll) {
-  if (dlll.value("type", "") != "LOG" || !dlll.contains("data") || !dlll["data"].is_object())
+  // Any JSON may come in (a DLLogger line of another tool): check types before reading.
+  if (!dlll.is_object() || !dlll.contains("type") || dlll["type"] != "LOG" ||
+      !dlll.contains("data") || !dlll["data"].is_object())
     return nullptr;
   const nlohmann::json& data = dlll["data"];
   if (!data.contains("rn50.record") || !data["rn50.record"].is_string()) return nullptr;

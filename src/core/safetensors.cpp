@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/crc32c.h"
 #include "core/fileio.h"
+#include "core/json_value.h"
 
 namespace rn50 {
 
@@ -90,7 +91,9 @@ SafeTensorsFile load_safetensors(const std::string& path, const FileDigest& expe
              bytes.size());
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(bytes.substr(8, len));
+    header = parse_json_limited(std::string_view(bytes).substr(8, len), path + ": header");
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
     RN50_FAIL("{}: header is not valid JSON: {}", path, e.what());
   }
@@ -106,16 +109,26 @@ SafeTensorsFile load_safetensors(const std::string& path, const FileDigest& expe
       continue;
     }
     try {
-      DType dt = parse_dtype(e.at("dtype").get<std::string>(), path, name);
-      auto shape = e.at("shape").get<std::vector<int64_t>>();
-      auto off = e.at("data_offsets").get<std::vector<size_t>>();
+      const std::string where = fmt::format("{}: tensor '{}'", path, name);
+      DType dt = parse_dtype(json_as<std::string>(e.at("dtype"), where + " dtype"), path, name);
+      auto shape = json_as<std::vector<int64_t>>(e.at("shape"), where + " shape");
+      auto off = json_as<std::vector<uint64_t>>(e.at("data_offsets"), where + " data_offsets");
       RN50_CHECK(off.size() == 2 && off[0] <= off[1] && off[1] <= data_size,
                  "{}: tensor '{}' has data_offsets out of range (data section is {} bytes)", path,
                  name, data_size);
-      Tensor t = Tensor::empty(shape, dt);
-      RN50_CHECK(t.nbytes() == off[1] - off[0],
+      // The size the shape needs, checked against the data before anything is allocated (a
+      // damaged shape must not ask for terabytes or overflow).
+      uint64_t need = dtype_size(dt);
+      for (int64_t d : shape) {
+        RN50_CHECK(d >= 0, "{}: tensor '{}' has a negative dimension {} in its shape", path, name,
+                   d);
+        RN50_CHECK(!__builtin_mul_overflow(need, static_cast<uint64_t>(d), &need),
+                   "{}: tensor '{}' has a shape too large to hold", path, name);
+      }
+      RN50_CHECK(need == off[1] - off[0],
                  "{}: tensor '{}' has {} bytes of data but shape/dtype need {}", path, name,
-                 off[1] - off[0], t.nbytes());
+                 off[1] - off[0], need);
+      Tensor t = Tensor::empty(shape, dt);
       std::memcpy(t.data(), bytes.data() + data_begin + off[0], t.nbytes());
       f.tensors[name] = t;
       by_offset.emplace_back(off[0], name);

@@ -72,7 +72,7 @@ static int64_t count(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) {
     RN50_CHECK(d >= 0, "negative dimension {} in tensor shape", d);
-    n *= d;
+    RN50_CHECK(!__builtin_mul_overflow(n, d, &n), "tensor shape too large (over 2^63 elements)");
   }
   return n;
 }

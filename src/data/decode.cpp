@@ -6,6 +6,8 @@
 #include <cstring>
 #include <memory>
 
+#include <sys/stat.h>
+
 #include "core/check.h"
 
 namespace rn50::data {
@@ -23,6 +25,12 @@ ImageFormat sniff_format(const uint8_t* data, size_t size) {
 void read_file(const std::string& path, std::vector<uint8_t>& out) {
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   RN50_CHECK(f != nullptr, "cannot open image file '{}': {}", path, std::strerror(errno));
+  // A folder opens too, and its "size" from fseek/ftell is meaningless (LONG_MAX on ext4).
+  struct stat st {};
+  RN50_CHECK(::fstat(::fileno(f.get()), &st) == 0, "cannot stat image file '{}': {}", path,
+             std::strerror(errno));
+  RN50_CHECK(S_ISREG(st.st_mode), "cannot read image file '{}': it is {}", path,
+             S_ISDIR(st.st_mode) ? "a folder" : "not a regular file");
   RN50_CHECK(std::fseek(f.get(), 0, SEEK_END) == 0, "cannot seek in '{}': {}", path,
              std::strerror(errno));
   const long size = std::ftell(f.get());

@@ -23,7 +23,8 @@ enum class ImageFormat { unknown, jpeg, png };
 ImageFormat sniff_format(const uint8_t* data, size_t size);
 
 /// Reads the whole file `path` into `out` (resized; capacity reused across calls).
-/// Throws rn50::Error naming the path when it cannot be opened or read.
+/// Throws rn50::Error naming the path when it cannot be opened or read, or is not a regular
+/// file (e.g. a folder).
 void read_file(const std::string& path, std::vector<uint8_t>& out);
 
 /// Decodes an in-memory JPEG or PNG (chosen by magic bytes) into `out` as row-major H x W x 3 RGB

@@ -73,6 +73,8 @@ std::shared_ptr<const SampleIndex> file_list_samples(const std::string& list_fil
     }
     RN50_CHECK(label >= 0, "file list '{}' line {}: label '{}' is not an integer >= 0", list_file,
                lineno, label_text);
+    RN50_CHECK(label < kMaxClasses, "file list '{}' line {}: label {} is too large (at most {})",
+               list_file, lineno, label, kMaxClasses - 1);
     // A file in a folder names its label's class by that folder (train/n01440764/x.JPEG).
     const fs::path p(path);
     const std::string dir = p.has_parent_path() ? p.parent_path().filename().string() : "";

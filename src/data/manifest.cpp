@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/fileio.h"
+#include "core/json_value.h"
 
 namespace rn50::data {
 
@@ -16,13 +17,14 @@ std::vector<std::string> manifest_classes(const std::string& dir) {
     if (!fs::exists(p)) continue;
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(read_file(p.string()));
+      j = parse_json_limited(read_file(p.string()), fmt::format("'{}'", p.string()));
     } catch (const nlohmann::json::exception& e) {
       RN50_FAIL("'{}': not valid JSON ({})", p.string(), e.what());
     }
     RN50_CHECK(j.is_object() && j.contains("classes") && j["classes"].is_array(),
                "'{}': not an rn50 data manifest (no \"classes\" list)", p.string());
-    return j["classes"].get<std::vector<std::string>>();
+    return json_as<std::vector<std::string>>(j["classes"],
+                                                fmt::format("'{}': \"classes\"", p.string()));
   }
   return {};
 }

@@ -15,6 +15,11 @@
 
 namespace rn50::data {
 
+/// Most classes a store's labels may imply (labels 0 .. kMaxClasses - 1): a label read from a
+/// file list or a .cls member sizes the class list, so a corrupt one must not ask for billions
+/// of names. ImageNet-21k has 21,841 classes.
+inline constexpr int kMaxClasses = 1 << 20;
+
 class SampleIndex {
  public:
   virtual ~SampleIndex() = default;
@@ -55,7 +60,7 @@ std::shared_ptr<const SampleIndex> image_folder_samples(ImageFolderIndex index);
 /// sample, paths relative to `root`, labels 0-based integers (blank lines skipped). Classes:
 /// max label + 1, named by the folder of its files when every label has a folder of its own
 /// (e.g. "n01440764/..."), else "class_<i>". Throws rn50::Error naming the list file and line
-/// for a malformed line, a negative label, or an empty list.
+/// for a malformed line, a label that is negative or not below kMaxClasses, or an empty list.
 std::shared_ptr<const SampleIndex> file_list_samples(const std::string& list_file,
                                                      const std::string& root);
 

@@ -75,7 +75,8 @@ std::string pax_path(const std::string& data) {
     const size_t sp = data.find(' ', at);
     if (sp == std::string::npos) break;
     const size_t len = static_cast<size_t>(std::strtoull(data.c_str() + at, nullptr, 10));
-    if (len == 0 || at + len > data.size()) break;
+    // "LEN key=value\n": LEN counts the whole record, so it must reach past the space and fit.
+    if (len < sp - at + 2 || len > data.size() - at) break;
     const std::string rec = data.substr(sp + 1, at + len - sp - 2);  // "key=value" without '\n'
     if (rec.rfind("path=", 0) == 0) return rec.substr(5);
     at += len;
@@ -106,14 +107,15 @@ std::vector<TarMember> scan_tar(const std::string& path, std::vector<std::string
     resyncing = false;
     const int64_t data_size = numeric_field(h + 124, 12);
     const int64_t data_at = at + kBlock;
-    const int64_t next = data_at + (data_size + kBlock - 1) / kBlock * kBlock;
-    if (data_size < 0 || data_at + data_size > size) {
+    // Checked before any arithmetic: a base-256 size field can hold up to 2^63 - 1.
+    if (data_size < 0 || data_size > size - data_at) {
       if (problems)
         problems->push_back(fmt::format("{}@{}: a tar member of {} bytes cut off by the end of "
                                         "the shard",
                                         path, at, data_size));
       break;
     }
+    const int64_t next = data_at + (data_size + kBlock - 1) / kBlock * kBlock;
     const char type = h[156];
     if (type == 'L' || type == 'x') {
       std::string data(static_cast<size_t>(data_size), '\0');

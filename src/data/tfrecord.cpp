@@ -161,14 +161,15 @@ std::vector<RecordSpan> scan_tfrecord(const std::string& path,
                         path, at, size - at));
       break;
     }
-    const int64_t frame = 12 + static_cast<int64_t>(len) + 4;
-    if (len > static_cast<uint64_t>(size) || at + frame > size) {
+    // len is checked against the file before it is added to anything (it may be up to 2^64 - 1).
+    if (len > static_cast<uint64_t>(size - at) || 16 + static_cast<int64_t>(len) > size - at) {
       if (problems)
         problems->push_back(fmt::format("{}@{}: a record of {} bytes cut off by the end of the "
                                         "shard",
                                         path, at, len));
       break;
     }
+    const int64_t frame = 12 + static_cast<int64_t>(len) + 4;
     spans.push_back({at, frame});
     at += frame;
   }
@@ -344,7 +345,7 @@ class TfrecordSamples final : public SampleIndex {
         spans = read_dali_index(idx);
         const auto size = static_cast<int64_t>(fs::file_size(shards_[s]));
         for (const RecordSpan& r : spans)
-          RN50_CHECK(r.offset + r.size <= size,
+          RN50_CHECK(r.size <= size && r.offset <= size - r.size,
                      "index file '{}' does not match '{}': a record at {} of {} bytes ends past "
                      "the shard's {} bytes; delete the index to rebuild it",
                      idx, shards_[s], r.offset, r.size, size);
@@ -383,7 +384,7 @@ class TfrecordSamples final : public SampleIndex {
     ::close(fd);
     RN50_CHECK(ok, "{}: the record is cut off by the end of the shard", what);
     const uint64_t len = read_u64le(frame.data());
-    RN50_CHECK(static_cast<int64_t>(len) + 16 == r.span.size &&
+    RN50_CHECK(len == static_cast<uint64_t>(r.span.size) - 16 &&
                    read_u32le(frame.data() + 8) == masked_crc32c(frame.data(), 8),
                "{}: the record's length or its CRC does not match the index", what);
     const uint8_t* payload = frame.data() + 12;
@@ -391,7 +392,8 @@ class TfrecordSamples final : public SampleIndex {
                "{}: the record's data CRC fails (damaged record)", what);
     const ExampleFields ex = parse_example(payload, len, what);
     RN50_CHECK(ex.has_label, "{}: the Example has no image/class/label", what);
-    const int64_t label = ex.label - label_offset_;
+    int64_t label = -1;  // ex.label is any int64 the record holds: subtract without overflow
+    if (__builtin_sub_overflow(ex.label, int64_t{label_offset_}, &label)) label = -1;
     RN50_CHECK(label >= 0 && label < static_cast<int64_t>(classes_.size()),
                "{}: label {} (minus --label-offset {}) is outside the {} classes", what, ex.label,
                label_offset_, classes_.size());

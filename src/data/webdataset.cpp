@@ -73,8 +73,12 @@ class WebdatasetSamples final : public SampleIndex {
             const std::string text = read_range(shards_[s], members[i].data_offset,
                                                 std::min<int64_t>(members[i].size, 32));
             smp.label = parse_label(text);
-            if (smp.label < 0) smp.broken = fmt::format("{}:{}: .cls '{}' is not a class number",
-                                                        shards_[s], members[i].name, text);
+            if (smp.label < 0)
+              smp.broken = fmt::format("{}:{}: .cls '{}' is not a class number", shards_[s],
+                                       members[i].name, text);
+            else if (smp.label >= kMaxClasses)
+              smp.broken = fmt::format("{}:{}: .cls class {} is too large (at most {})",
+                                       shards_[s], members[i].name, smp.label, kMaxClasses - 1);
           }
         }
         if (smp.broken.empty() && smp.data_offset < 0)

@@ -11,6 +11,7 @@
 
 #include "core/check.h"
 #include "core/fileio.h"
+#include "core/json_value.h"
 #include "core/safetensors.h"
 #include "model/qat.h"
 #include "model/weights.h"
@@ -57,11 +58,7 @@ InferOp::Kind kind_of(const std::string& s, const std::string& where) {
 template <class T>
 T field(const json& j, const char* key, const std::string& where) {
   RN50_CHECK(j.is_object() && j.contains(key), "{}: '{}' is missing", where, key);
-  try {
-    return j.at(key).get<T>();
-  } catch (const std::exception&) {
-    RN50_FAIL("{}: '{}' has the wrong type ({})", where, key, j.at(key).dump());
-  }
+  return json_as<T>(j[key], fmt::format("{}: '{}' has the wrong type or range", where, key));
 }
 
 }  // namespace
@@ -150,11 +147,11 @@ InferenceModel load_inference_model(const std::string& dir) {
              kInferenceJsonFile);
   json j;
   try {
-    j = json::parse(read_file(jpath));
+    j = parse_json_limited(read_file(jpath), fmt::format("'{}'", jpath));
   } catch (const json::exception& e) {
     RN50_FAIL("'{}': not valid JSON ({})", jpath, e.what());
   }
-  RN50_CHECK(j.is_object() && j.value("format", "") == kFormat,
+  RN50_CHECK(j.is_object() && j.contains("format") && j["format"] == kFormat,
              "'{}': not an rn50 inference model (\"format\" is not \"{}\")", jpath, kFormat);
   const int version = field<int>(j, "format_version", jpath);
   RN50_CHECK(version == kFormatVersion,
@@ -167,7 +164,10 @@ InferenceModel load_inference_model(const std::string& dir) {
   p.feature_channels = field<int64_t>(j, "feature_channels", jpath);
   RN50_CHECK(p.num_classes >= 1, "'{}': num_classes {} must be >= 1", jpath, p.num_classes);
   const auto nv = field<int64_t>(j, "values", jpath);
-  RN50_CHECK(nv >= 2, "'{}': values {} must be >= 2", jpath, nv);
+  // Each op writes one value: a count far beyond any network is a damaged file, not a reason
+  // to allocate gigabytes.
+  RN50_CHECK(nv >= 2 && nv <= (int64_t{1} << 20), "'{}': values {} must be in 2..{}", jpath, nv,
+             int64_t{1} << 20);
   p.producer.assign(static_cast<size_t>(nv), -1);
   const json& pre = j.contains("preprocessing") ? j["preprocessing"] : json::object();
   m.info.resize_short = field<int>(pre, "resize_short", jpath + " preprocessing");
@@ -176,8 +176,8 @@ InferenceModel load_inference_model(const std::string& dir) {
   m.info.std = field<std::vector<float>>(pre, "std", jpath + " preprocessing");
   RN50_CHECK(m.info.mean.size() == 3 && m.info.std.size() == 3,
              "'{}': preprocessing mean and std need 3 values each", jpath);
-  m.info.classes = j.value("classes", std::vector<std::string>{});
-  m.info.precision = j.value("precision", std::string("fp32"));
+  m.info.classes = json_get_or(j, "classes", jpath, std::vector<std::string>{});
+  m.info.precision = json_get_or(j, "precision", jpath, std::string("fp32"));
   RN50_CHECK(m.info.precision == "fp32" || m.info.precision == "int8",
              "'{}': precision '{}' is not one rn50 exports (fp32 or int8)", jpath,
              m.info.precision);
@@ -230,7 +230,7 @@ InferenceModel load_inference_model(const std::string& dir) {
                    "{} ('{}'): residual value {} is not written by an earlier op", where, op.name,
                    op.residual);
         op.relu = field<bool>(o, "relu", where);
-        op.folded_bn = o.value("folded_bn", std::string());
+        op.folded_bn = json_get_or(o, "folded_bn", where, std::string());
         op.weight = tensor(op.name + ".weight", {op.conv.out_channels, op.conv.in_channels,
                                                  op.conv.kernel, op.conv.kernel});
         op.bias = tensor(op.name + ".bias", {op.conv.out_channels});
@@ -241,6 +241,8 @@ InferenceModel load_inference_model(const std::string& dir) {
         op.pool.kernel = field<int>(pl, "kernel", where);
         op.pool.stride = field<int>(pl, "stride", where);
         op.pool.pad = field<int>(pl, "pad", where);
+        RN50_CHECK(op.pool.kernel >= 1 && op.pool.stride >= 1 && op.pool.pad >= 0,
+                   "{} ('{}'): bad pool attributes {}", where, op.name, pl.dump());
         break;
       }
       case InferOp::Kind::global_avgpool:
@@ -259,8 +261,8 @@ InferenceModel load_inference_model(const std::string& dir) {
     const std::string where = jpath + " int8_calibration";
     m.info.calibration.method = field<std::string>(c, "method", where);
     m.info.calibration.images = field<int64_t>(c, "images", where);
-    m.info.calibration.image_root = c.value("image_root", std::string());
-    m.info.calibration.percentile = c.value("percentile", 0.0);
+    m.info.calibration.image_root = json_get_or(c, "image_root", where, std::string());
+    m.info.calibration.percentile = json_get_or(c, "percentile", where, 0.0);
     p.qat_ranges = m.info.calibration.method == "qat";
     p.value_absmax = field<std::vector<float>>(c, "value_absmax", where);
     RN50_CHECK(static_cast<int64_t>(p.value_absmax.size()) == nv,

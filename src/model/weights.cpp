@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/fileio.h"
+#include "core/json_value.h"
 #include "model/convert_weights.h"
 
 namespace rn50 {
@@ -132,11 +133,13 @@ SafeTensorsFile load_weights_file(const std::string& file) {
   for (const char* sidecar : {"state.json", "model.json"}) {
     const fs::path side = dir / sidecar;
     if (!fs::is_regular_file(side)) continue;
+    // A sidecar that does not parse is not ours to judge here (its own reader names it): the
+    // weights are then read unchecked, as files from elsewhere are.
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(read_file(side.string()));
-    } catch (const nlohmann::json::exception&) {
-      continue;  // not ours to judge here: the file itself is still checked by its reader
+      j = parse_json_limited(read_file(side.string()), side.string(), /*allow_exceptions=*/false);
+    } catch (const Error&) {
+      continue;
     }
     if (!j.is_object()) continue;
     const nlohmann::json* d = nullptr;

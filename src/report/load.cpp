@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/dllogger.h"
+#include "core/json_value.h"
 #include "core/progress.h"
 #include "core/stats.h"
 #include "rn50/report.h"
@@ -36,6 +37,12 @@ std::string hardware_of(const json& env, const std::string& device) {
   if (env.contains("gpu") && env["gpu"].is_string()) return env["gpu"];
   if (env.contains("cpu_model") && env["cpu_model"].is_string()) return env["cpu_model"];
   return device;
+}
+
+/// A required field as T (type- and range-checked), or an error naming the file, line and field.
+template <class T>
+T need_as(const json& r, const char* key, const std::string& where) {
+  return json_as<T>(need(r, key, where), fmt::format("{}: '{}'", where, key));
 }
 
 ThroughputPoint point_from(const std::string& source, const std::string& hardware,
@@ -84,29 +91,29 @@ void add_record(const json& r, const std::string& file, const std::string& where
   if (type == "train_sweep") {
     const json& env = r.contains("environment") ? r["environment"] : json::object();
     const std::string hw = hardware_of(env, r.value("device", "?"));
-    const std::string arch = need(r, "arch", where);
+    const std::string arch = need_as<std::string>(r, "arch", where);
     for (const json& p : need(r, "points", where)) {
-      std::vector<double> ips = need(p, "ips", where).get<std::vector<double>>();
+      std::vector<double> ips = need_as<std::vector<double>>(p, "ips", where);
       RN50_CHECK(!ips.empty(), "{}: a sweep point has no runs", where);
-      in.throughput.push_back(point_from(file, hw, arch, need(p, "precision", where),
-                                         need(p, "batch_size", where), need(p, "world_size", where),
-                                         std::move(ips)));
+      in.throughput.push_back(point_from(file, hw, arch, need_as<std::string>(p, "precision", where),
+                                         need_as<int>(p, "batch_size", where),
+                                         need_as<int>(p, "world_size", where), std::move(ips)));
     }
   } else if (type == "benchmark") {
-    in.throughput.push_back(point_from(file, need(r, "device", where), need(r, "arch", where),
-                                       need(r, "precision", where), need(r, "batch_size", where),
-                                       need(r, "world_size", where),
-                                       {need(r, "train.ips", where).get<double>()}));
+    in.throughput.push_back(point_from(
+        file, need_as<std::string>(r, "device", where), need_as<std::string>(r, "arch", where),
+        need_as<std::string>(r, "precision", where), need_as<int>(r, "batch_size", where),
+        need_as<int>(r, "world_size", where), {need_as<double>(r, "train.ips", where)}));
   } else if (type == "epoch") {
-    const CurveRow c = curve_row(need(r, "epoch", where), r);
+    const CurveRow c = curve_row(need_as<int>(r, "epoch", where), r);
     st.epochs[c.epoch] = c;
   } else if (type == "infer_benchmark") {
     LatencyRow l;
     l.source = file;
-    l.arch = need(r, "arch", where);
-    l.precision = need(r, "precision", where);
-    l.device = need(r, "device", where);
-    l.batch_size = need(r, "batch_size", where);
+    l.arch = need_as<std::string>(r, "arch", where);
+    l.precision = need_as<std::string>(r, "precision", where);
+    l.device = need_as<std::string>(r, "device", where);
+    l.batch_size = need_as<int>(r, "batch_size", where);
     l.ips = num(r, "infer.ips");
     l.avg_ms = num(r, "infer.latency_avg_ms");
     l.p50_ms = num(r, "infer.latency_p50_ms");
@@ -119,13 +126,14 @@ void add_record(const json& r, const std::string& file, const std::string& where
 }
 
 /// An epoch line of DLE's own PyTorch logs (step [epoch], no rn50.record): the keys it shares.
-bool add_dle_epoch(const json& dlll, FileState& st) {
-  if (dlll.value("type", "") != "LOG" || !dlll.contains("step") || !dlll["step"].is_array() ||
-      dlll["step"].size() != 1 || !dlll["step"][0].is_number_integer())
+bool add_dle_epoch(const json& dlll, FileState& st, const std::string& where) {
+  if (!dlll.is_object() || !dlll.contains("type") || dlll["type"] != "LOG" ||
+      !dlll.contains("step") || !dlll["step"].is_array() || dlll["step"].size() != 1 ||
+      !dlll["step"][0].is_number_integer() || !dlll.contains("data"))
     return false;
   const json& d = dlll["data"];
   if (!d.is_object() || !(d.contains("train.loss") || d.contains("val.top1"))) return false;
-  const CurveRow c = curve_row(dlll["step"][0], d);
+  const CurveRow c = curve_row(json_as<int>(dlll["step"][0], where + ": step[0]"), d);
   st.epochs[c.epoch] = c;
   return true;
 }
@@ -160,12 +168,12 @@ ReportInputs load_report_inputs(const std::vector<std::string>& files) {
         }
         r = dllogger_to_record(d);
         if (r.is_null()) {
-          add_dle_epoch(d, st);
+          add_dle_epoch(d, st, where);
           continue;
         }
       } else {
         try {
-          r = json::parse(line);
+          r = parse_json_limited(line, where);
         } catch (const json::exception&) {
           RN50_FAIL("{}: not JSON (expected an rn50 report, a bench sweep or DLLogger lines)",
                     where);

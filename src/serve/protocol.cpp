@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "core/json_value.h"
+
 namespace rn50::serve {
 
 namespace {
@@ -242,8 +244,14 @@ InferRequest parse_infer_request(std::string_view body, std::optional<int64_t> h
   }
   json j;
   try {
-    j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+    // Nesting is bounded: copying or dumping a value recurses (a body of a million '[' would
+    // overflow the stack in flatten() or in an error message's dump()).
+    j = json::parse(json_text, [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxJsonDepth)
+        bad(fmt::format("the request's JSON is nested deeper than {} levels", kMaxJsonDepth));
+      return true;
+    });
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     bad(fmt::format("the request is not valid JSON ({}){}", e.what(),
                     header_length ? "" : "; binary tensors need the Inference-Header-Content-Length "
                                          "header"));

@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/fileio.h"
+#include "core/json_value.h"
 #include "core/safetensors.h"
 
 namespace rn50 {
@@ -55,30 +56,33 @@ nlohmann::ordered_json CheckpointState::to_json() const {
 
 CheckpointState CheckpointState::from_json(const nlohmann::json& j, const std::string& what) {
   CheckpointState s;
-  try {
-    s.epoch = j.at("epoch").get<int>();
-    s.global_step = j.at("global_step").get<int64_t>();
-    s.next_lr = j.at("next_lr").get<double>();
-    s.steps_per_epoch = j.at("steps_per_epoch").get<int64_t>();
-    s.seed = j.at("seed").get<uint64_t>();
-    s.arch = j.value("arch", std::string());
-    s.classes = j.value("classes", std::vector<std::string>{});
-    if (j.contains("config")) s.config = j.at("config");
-    s.version = j.value("version", std::string());
-    s.loss_scale = j.value("loss_scale", 0.0);
-    s.skipped_steps = j.value("skipped_steps", int64_t{0});
-    s.model_file = j.value("model_file", std::string(kModelFile));
-    s.optimizer_file = j.value("optimizer_file", std::string(kOptimizerFile));
-    for (const std::string* f : {&s.model_file, &s.optimizer_file})
-      RN50_CHECK(!f->empty() && f->find('/') == std::string::npos && *f != "." && *f != "..",
-                 "{}: file name '{}' must be a plain name inside the epoch folder", what, *f);
-    if (j.contains("files")) {
-      RN50_CHECK(j["files"].is_object(), "{}: \"files\" must be an object", what);
-      for (const auto& [name, d] : j["files"].items())
-        s.files[name] = FileDigest::from_json(d, fmt::format("{} files.{}", what, name));
-    }
-  } catch (const nlohmann::json::exception& e) {
-    RN50_FAIL("{}: bad checkpoint state: {}", what, e.what());
+  RN50_CHECK(j.is_object(), "{}: bad checkpoint state: not a JSON object", what);
+  // Every field is type- and range-checked (json_as): a damaged file gives an error naming it.
+  auto need = [&](const char* key) -> const nlohmann::json& {
+    RN50_CHECK(j.contains(key), "{}: bad checkpoint state: '{}' is missing", what, key);
+    return j[key];
+  };
+  const std::string in = what + ": bad checkpoint state";
+  s.epoch = json_as<int>(need("epoch"), in + ": 'epoch'");
+  s.global_step = json_as<int64_t>(need("global_step"), in + ": 'global_step'");
+  s.next_lr = json_as<double>(need("next_lr"), in + ": 'next_lr'");
+  s.steps_per_epoch = json_as<int64_t>(need("steps_per_epoch"), in + ": 'steps_per_epoch'");
+  s.seed = json_as<uint64_t>(need("seed"), in + ": 'seed'");
+  s.arch = json_get_or(j, "arch", in, std::string());
+  s.classes = json_get_or(j, "classes", in, std::vector<std::string>{});
+  if (j.contains("config")) s.config = j["config"];
+  s.version = json_get_or(j, "version", in, std::string());
+  s.loss_scale = json_get_or(j, "loss_scale", in, 0.0);
+  s.skipped_steps = json_get_or(j, "skipped_steps", in, int64_t{0});
+  s.model_file = json_get_or(j, "model_file", in, std::string(kModelFile));
+  s.optimizer_file = json_get_or(j, "optimizer_file", in, std::string(kOptimizerFile));
+  for (const std::string* f : {&s.model_file, &s.optimizer_file})
+    RN50_CHECK(!f->empty() && f->find('/') == std::string::npos && *f != "." && *f != "..",
+               "{}: file name '{}' must be a plain name inside the epoch folder", what, *f);
+  if (j.contains("files")) {
+    RN50_CHECK(j["files"].is_object(), "{}: \"files\" must be an object", in);
+    for (const auto& [name, d] : j["files"].items())
+      s.files[name] = FileDigest::from_json(d, fmt::format("{} files.{}", what, name));
   }
   return s;
 }
@@ -87,7 +91,7 @@ CheckpointState read_checkpoint_state(const std::string& dir) {
   const std::string path = (fs::path(dir) / kStateFile).string();
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_file(path));
+    j = parse_json_limited(read_file(path), path);
   } catch (const nlohmann::json::exception& e) {
     RN50_FAIL("{}: not valid JSON: {}", path, e.what());
   }
