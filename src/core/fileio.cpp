@@ -86,6 +86,18 @@ void check_writable_dir(const std::string& dir, const std::string& what) {
              std::strerror(e));
 }
 
+size_t pread_full(int fd, void* dst, size_t n, int64_t offset) {
+  auto* p = static_cast<char*>(dst);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(fd, p + done, n - done, offset + static_cast<int64_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    done += static_cast<size_t>(got);
+  }
+  return done;
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   RN50_CHECK(f.good(), "cannot open '{}': {}", path, std::strerror(errno));

@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "core/check.h"
+#include "core/fileio.h"
 
 namespace rn50::data {
 
@@ -18,17 +19,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int64_t kBlock = 512;
-
-bool pread_all(int fd, char* dst, size_t n, int64_t offset) {
-  while (n > 0) {
-    const ssize_t got = ::pread(fd, dst, n, offset);
-    if (got <= 0) return false;
-    dst += got;
-    n -= static_cast<size_t>(got);
-    offset += got;
-  }
-  return true;
-}
 
 /// A NUL- or space-terminated octal field; base-256 when its first byte has the high bit set
 /// (GNU's form for large sizes). -1 when malformed.
@@ -95,7 +85,7 @@ std::vector<TarMember> scan_tar(const std::string& path, std::vector<std::string
   char h[kBlock];
   int64_t at = 0;
   bool resyncing = false;
-  while (at + kBlock <= size && pread_all(fd, h, kBlock, at)) {
+  while (at + kBlock <= size && pread_full(fd, h, kBlock, at) == size_t(kBlock)) {
     if (all_zero(h)) break;  // the end-of-archive blocks
     if (!checksum_ok(h)) {
       if (!resyncing && problems)
@@ -119,7 +109,7 @@ std::vector<TarMember> scan_tar(const std::string& path, std::vector<std::string
     const char type = h[156];
     if (type == 'L' || type == 'x') {
       std::string data(static_cast<size_t>(data_size), '\0');
-      pread_all(fd, data.data(), data.size(), data_at);
+      pread_full(fd, data.data(), data.size(), data_at);  // bounds checked above
       long_name = type == 'L' ? cstr(data.data(), data.size()) : pax_path(data);
     } else if (type == '0' || type == '\0' || type == '7') {
       TarMember m;

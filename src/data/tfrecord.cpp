@@ -34,17 +34,6 @@ uint32_t read_u32le(const uint8_t* p) {
   return v;
 }
 
-/// Reads exactly `n` bytes at `offset` of `fd`; false when the file ends first.
-bool pread_all(int fd, uint8_t* dst, size_t n, int64_t offset) {
-  while (n > 0) {
-    const ssize_t got = ::pread(fd, dst, n, offset);
-    if (got <= 0) return false;
-    dst += got;
-    n -= static_cast<size_t>(got);
-    offset += got;
-  }
-  return true;
-}
 
 // ---- the protobuf wire format: varints and length-delimited fields ----
 
@@ -148,7 +137,7 @@ std::vector<RecordSpan> scan_tfrecord(const std::string& path,
   int64_t at = 0;
   uint8_t head[12];
   while (at < size) {
-    if (!pread_all(fd, head, 12, at)) {
+    if (pread_full(fd, head, 12, at) != 12) {
       if (problems) problems->push_back(fmt::format("{}@{}: a record header cut off", path, at));
       break;
     }
@@ -380,7 +369,7 @@ class TfrecordSamples final : public SampleIndex {
     frame.resize(static_cast<size_t>(r.span.size));
     const int fd = ::open(shards_[r.shard].c_str(), O_RDONLY);
     RN50_CHECK(fd >= 0, "{}: cannot open the shard ({})", what, std::strerror(errno));
-    const bool ok = pread_all(fd, frame.data(), frame.size(), r.span.offset);
+    const bool ok = pread_full(fd, frame.data(), frame.size(), r.span.offset) == frame.size();
     ::close(fd);
     RN50_CHECK(ok, "{}: the record is cut off by the end of the shard", what);
     const uint64_t len = read_u64le(frame.data());

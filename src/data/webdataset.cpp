@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "core/check.h"
+#include "core/fileio.h"
 #include "data/files.h"
 #include "data/manifest.h"
 #include "data/tar.h"
@@ -34,15 +35,9 @@ std::pair<std::string, std::string> key_of(const std::string& name) {
 int64_t read_into(const std::string& path, int64_t offset, int64_t size, uint8_t* out) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) return 0;
-  int64_t done = 0;
-  while (done < size) {
-    const ssize_t got =
-        ::pread(fd, out + done, static_cast<size_t>(size - done), offset + done);
-    if (got <= 0) break;
-    done += got;
-  }
+  const size_t done = pread_full(fd, out, static_cast<size_t>(size), offset);
   ::close(fd);
-  return done;
+  return static_cast<int64_t>(done);
 }
 
 std::string read_range(const std::string& path, int64_t offset, int64_t size) {

@@ -36,6 +36,40 @@ def save_safetensors(path, sd):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
+def build_model(arch, num_classes, seed, fc_scale):
+    """torchvision.models.<arch> with torchvision's init (seeded), every BatchNorm's gamma, beta
+    and running statistics drawn at random, and fc scaled by fc_scale; in eval mode."""
+    torch.manual_seed(seed)
+    m = getattr(torchvision.models, arch)(num_classes=num_classes)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for mod in m.modules():
+            if isinstance(mod, torch.nn.BatchNorm2d):
+                c = mod.num_features
+                mod.weight.copy_(0.5 + torch.rand(c, generator=g))
+                mod.bias.copy_(0.2 * torch.randn(c, generator=g))
+                mod.running_mean.copy_(0.1 * torch.randn(c, generator=g))
+                mod.running_var.copy_(0.5 + torch.rand(c, generator=g))
+        m.fc.weight.mul_(fc_scale)
+        m.fc.bias.mul_(fc_scale)
+    return m.eval()
+
+
+def print_probs(m, sizes, images):
+    """One JSON line per ("resize:crop" in sizes, image): the softmax of m on the image through
+    torchvision's eval transform."""
+    norm = T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    for pair in sizes.split(","):
+        rs, crop = (int(v) for v in pair.split(":"))
+        tf = T.Compose([T.Resize(rs), T.CenterCrop(crop), T.ToTensor(), norm])
+        for path in images:
+            x = tf(Image.open(path).convert("RGB")).unsqueeze(0)
+            with torch.no_grad():
+                probs = torch.softmax(m(x).float(), dim=1)[0]
+            print(json.dumps({"resize_short": rs, "crop_size": crop, "file": path,
+                              "probs": probs.tolist()}), flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", default="resnet18")
@@ -47,32 +81,10 @@ def main():
     p.add_argument("--sizes", default="224:224", help="comma-separated resize_short:crop pairs")
     p.add_argument("images", nargs="+")
     a = p.parse_args()
-    torch.manual_seed(a.seed)
     torch.set_num_threads(1)
-    m = getattr(torchvision.models, a.arch)(num_classes=a.num_classes)
-    g = torch.Generator().manual_seed(a.seed + 1)
-    with torch.no_grad():
-        for mod in m.modules():
-            if isinstance(mod, torch.nn.BatchNorm2d):
-                c = mod.num_features
-                mod.weight.copy_(0.5 + torch.rand(c, generator=g))
-                mod.bias.copy_(0.2 * torch.randn(c, generator=g))
-                mod.running_mean.copy_(0.1 * torch.randn(c, generator=g))
-                mod.running_var.copy_(0.5 + torch.rand(c, generator=g))
-        m.fc.weight.mul_(a.fc_scale)
-        m.fc.bias.mul_(a.fc_scale)
-    m.eval()
+    m = build_model(a.arch, a.num_classes, a.seed, a.fc_scale)
     save_safetensors(a.weights, m.state_dict())
-    norm = T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
-    for pair in a.sizes.split(","):
-        rs, crop = (int(v) for v in pair.split(":"))
-        tf = T.Compose([T.Resize(rs), T.CenterCrop(crop), T.ToTensor(), norm])
-        for path in a.images:
-            x = tf(Image.open(path).convert("RGB")).unsqueeze(0)
-            with torch.no_grad():
-                probs = torch.softmax(m(x).float(), dim=1)[0]
-            print(json.dumps({"resize_short": rs, "crop_size": crop, "file": path,
-                              "probs": probs.tolist()}), flush=True)
+    print_probs(m, a.sizes, a.images)
 
 
 if __name__ == "__main__":

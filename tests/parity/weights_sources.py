@@ -32,33 +32,13 @@ With random BatchNorm a resnet50's logits reach the hundreds and its softmax is 
 dle.pth.tar holds floats (best_prec1, the optimizer's lr), which torch 1.13's weights-only
 reader refuses, so it also exercises convert_weights.py's own zip reader.
 """
-import argparse, collections, copy, json, os, pickle, sys
+import argparse, collections, copy, os, pickle, sys
 
 import numpy as np
-import torch, torchvision
-import torchvision.transforms as T
-from PIL import Image
+import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from predict_golden import save_safetensors  # noqa: E402
-
-
-def build_model(arch, num_classes, seed, fc_scale):
-    """predict_golden.py's model: torchvision init (seeded), random BatchNorm, scaled fc."""
-    torch.manual_seed(seed)
-    m = getattr(torchvision.models, arch)(num_classes=num_classes)
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for mod in m.modules():
-            if isinstance(mod, torch.nn.BatchNorm2d):
-                c = mod.num_features
-                mod.weight.copy_(0.5 + torch.rand(c, generator=g))
-                mod.bias.copy_(0.2 * torch.randn(c, generator=g))
-                mod.running_mean.copy_(0.1 * torch.randn(c, generator=g))
-                mod.running_var.copy_(0.5 + torch.rand(c, generator=g))
-        m.fc.weight.mul_(fc_scale)
-        m.fc.bias.mul_(fc_scale)
-    return m.eval()
+from predict_golden import build_model, print_probs, save_safetensors  # noqa: E402
 
 
 def dle_name(k):
@@ -139,16 +119,7 @@ def main():
     save_safetensors(out("reference_ema.safetensors"), ema)
     with open(out("paddle.pdparams"), "wb") as f:
         pickle.dump(paddle_params(a.arch, sd), f, protocol=4)  # paddle.static.save's protocol
-    norm = T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
-    for pair in a.sizes.split(","):
-        rs, crop = (int(v) for v in pair.split(":"))
-        tf = T.Compose([T.Resize(rs), T.CenterCrop(crop), T.ToTensor(), norm])
-        for path in a.images:
-            x = tf(Image.open(path).convert("RGB")).unsqueeze(0)
-            with torch.no_grad():
-                probs = torch.softmax(m(x).float(), dim=1)[0]
-            print(json.dumps({"resize_short": rs, "crop_size": crop, "file": path,
-                              "probs": probs.tolist()}), flush=True)
+    print_probs(m, a.sizes, a.images)
 
 
 if __name__ == "__main__":
