@@ -158,6 +158,16 @@ std::vector<std::vector<int64_t>> layer_shapes(const NetworkDesc& desc, int64_t 
 /// torchvision's published "GFLOPS", which are multiply-adds: 4.09 G for resnet50 at 224). With
 /// 4 input channels the stem conv's zero channel is counted (the 4-channel conv computes it).
 /// Training costs about 3x this (forward, backward-data, backward-weights).
+/// The count comes from the description, so it holds for every architecture, input size and
+/// class count (tests/test_model_flops.cpp checks it against torchvision's modules counted by
+/// forward hooks). Throws rn50::Error as layer_shapes() when the input is too small.
 double forward_flops(const NetworkDesc& desc, int64_t h, int64_t w);
+
+/// Floating-point operations of one training step of one image: 3 x forward_flops (the
+/// forward, and each convolution and fc again for the gradient of its input and of its weights:
+/// the usual convention; the stem conv's input gradient, which rn50 does not compute, is
+/// counted too, 1% of a ResNet-50 step).
+/// The roofline's GFLOP per image of the training benchmarks (rn50/roofline.h).
+double train_flops(const NetworkDesc& desc, int64_t h, int64_t w);
 
 }  // namespace rn50

@@ -255,4 +255,6 @@ double forward_flops(const NetworkDesc& d, int64_t h, int64_t w) {
   return 2 * macs;
 }
 
+double train_flops(const NetworkDesc& d, int64_t h, int64_t w) { return 3 * forward_flops(d, h, w); }
+
 }  // namespace rn50
