@@ -7,6 +7,7 @@
 // the same floor division as torch, so the right padding never contributes an extra output.
 #include "backend/cpu/onednn_backend.h"
 #include "core/check.h"
+#include "rn50/profile.h"
 
 namespace rn50::onednn {
 
@@ -75,10 +76,18 @@ void make_wre(OnednnBackend& be, ConvEntry& e, const memory::desc& from,
   e.wre = be.make_exec(pd, dnnl::reorder(pd), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
 }
 
+// The weight reorders, ops of their own in a profile (rn50/profile.h): the time a step spends
+// converting weights between our plain layout and oneDNN's blocked one, every call.
+constexpr ProfileOp kWreFwd{"reorder conv weights (fwd)", "reorder", "fwd"};
+constexpr ProfileOp kWreBwdData{"reorder conv weights (bwd_data)", "reorder", "bwd_data"};
+constexpr ProfileOp kWreBwdWeights{"reorder conv dweights (bwd_weights)", "reorder",
+                                   "bwd_weights"};
+
 /// The weights in the layout the conv primitive chose: `w` itself (OIHW), or its reorder into the
-/// backend's weight scratch buffer.
-const void* conv_weights(OnednnBackend& be, ConvEntry& e, const Tensor& w) {
+/// backend's weight scratch buffer (timed as `op` in an active profile).
+const void* conv_weights(OnednnBackend& be, ConvEntry& e, const Tensor& w, const ProfileOp& op) {
   if (!e.wre.defined()) return w.data();
+  OpProfiler::Scope timed(op);
   void* buf = be.scratch(kScratchWeights, e.w_bytes);
   e.wre.set(DNNL_ARG_FROM, w.data());
   e.wre.set(DNNL_ARG_TO, buf);
@@ -103,7 +112,7 @@ void OnednnBackend::conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Ten
     make_wre(*this, *r, user_w(g, w), cw);
     return r;
   });
-  const void* wp = conv_weights(*this, e, w);
+  const void* wp = conv_weights(*this, e, w, kWreFwd);
   e.conv.set(DNNL_ARG_SRC, x.data());
   e.conv.set(DNNL_ARG_WEIGHTS, wp);
   e.conv.set(DNNL_ARG_DST, y.data());
@@ -130,7 +139,7 @@ void OnednnBackend::conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, con
     make_wre(*this, *r, user_w(g, w), cw);
     return r;
   });
-  const void* wp = conv_weights(*this, e, w);
+  const void* wp = conv_weights(*this, e, w, kWreBwdData);
   e.conv.set(DNNL_ARG_DIFF_DST, dy.data());
   e.conv.set(DNNL_ARG_WEIGHTS, wp);
   e.conv.set(DNNL_ARG_DIFF_SRC, dx.data());
@@ -163,6 +172,7 @@ void OnednnBackend::conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, c
   e.conv.set(DNNL_ARG_DIFF_WEIGHTS, dwp);
   run(e.conv);
   if (e.wre.defined()) {
+    OpProfiler::Scope timed(kWreBwdWeights);
     e.wre.set(DNNL_ARG_FROM, dwp);
     e.wre.set(DNNL_ARG_TO, dw.data());
     run(e.wre);

@@ -10,6 +10,7 @@
 
 #include "backend/factories.h"
 #include "core/check.h"
+#include "rn50/profile.h"
 
 namespace rn50 {
 namespace onednn {
@@ -212,9 +213,13 @@ namespace {
 struct ReorderEntry : CacheEntry {
   Exec ex;
 };
+/// In a profile: a layout change or dtype conversion of an activation (copy() across layouts or
+/// dtypes, or an op handed operands of mixed layouts), an op of its own.
+constexpr ProfileOp kReorderAct{"reorder activations (layout/dtype)", "reorder", "-"};
 }  // namespace
 
 void OnednnBackend::reorder(const Tensor& src, const Tensor& dst) {
+  OpProfiler::Scope timed(kReorderAct);
   Key k = key(Tag::reorder).add(src).add(dst);
   auto& e = cached<ReorderEntry>(k, [&] {
     auto r = std::make_unique<ReorderEntry>();

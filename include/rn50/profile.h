@@ -1,0 +1,142 @@
+// rn50: the per-op profile (`rn50 train --benchmark --profile`, `rn50 bench infer --profile`).
+//
+// An OpProfiler accumulates, per op, the calls, the EXCLUSIVE wall time (a nested op's time is
+// taken out of the op around it) and the floating-point operations of the ops run while it is
+// active on the calling thread. The ops are timed by
+//   * make_profiling_backend(): a Backend decorator that forwards every op to the real backend
+//     and times it, synchronising the backend after each op (free on the CPU, where oneDNN runs
+//     synchronously; on a GPU it serialises the ops, and the decorator does not record CUDA
+//     graphs, so a profiled GPU step runs eagerly and slower than an unprofiled one);
+//   * hooks inside the oneDNN backend (src/backend/cpu: the conv weight reorders into and out of
+//     oneDNN's blocked layout, activation reorders) and the CPU inference engine (each oneDNN
+//     primitive of its plan): a Scope with no profiler active costs one thread-local read.
+// Reorders and copies are ops of their own (family "reorder" / "copy"), so that the time spent
+// moving data instead of computing shows. Time between ops (host code: the model's walk, the
+// optimizer's bookkeeping) is nobody's op: the profile reports it as the step time the ops do
+// not cover.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace rn50 {
+
+class Backend;
+
+/// What an op of a profile is: its row name ("conv fwd"), its family ("conv", "batchnorm",
+/// "relu", "add", "pool", "linear", "loss", "metrics", "input", "sgd", "amp", "qat", "copy",
+/// "reorder", "alloc", "sync") and its phase ("fwd", "bwd_data", "bwd_weights", "bwd",
+/// "update", or "-"). Declared once as a static object per op: profilers key their counters by
+/// its address and merge rows of equal names.
+struct ProfileOp {
+  const char* name;
+  const char* family;
+  const char* phase;
+};
+
+/// Accumulates op times; see the file comment. Not thread-safe: ops are timed on the thread
+/// that activated the profiler (other threads see no profiler).
+class OpProfiler {
+ public:
+  /// Totals of one op over the profiled steps.
+  struct Row {
+    std::string op, family, phase;
+    int64_t calls = 0;
+    double seconds = 0;  ///< exclusive wall seconds
+    double flops = 0;    ///< floating-point (int8: integer) operations, 2 per multiply-add
+  };
+
+  OpProfiler();
+  ~OpProfiler();
+  OpProfiler(const OpProfiler&) = delete;
+  OpProfiler& operator=(const OpProfiler&) = delete;
+
+  /// The profiler active on this thread, or nullptr.
+  static OpProfiler* current();
+
+  /// Makes `p` this thread's active profiler for its lifetime (restoring the previous one).
+  class Activation {
+   public:
+    explicit Activation(OpProfiler& p);
+    ~Activation();
+    Activation(const Activation&) = delete;
+    Activation& operator=(const Activation&) = delete;
+
+   private:
+    OpProfiler* prev_;
+  };
+
+  /// Times `op` from construction to destruction into the active profiler (nothing when none
+  /// is active). `flops`: the op's operations (0 when it has none worth counting).
+  class Scope {
+   public:
+    explicit Scope(const ProfileOp& op, double flops = 0);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    OpProfiler* p_;
+  };
+
+  /// Counts one profiled step of `seconds` wall seconds (the time the ops are compared with).
+  void add_step(double seconds);
+  int64_t steps() const { return steps_; }
+  double step_seconds() const { return step_seconds_; }
+  /// Every op seen, rows of the same name merged, the longest first.
+  std::vector<Row> rows() const;
+  /// Exclusive seconds of every op together.
+  double op_seconds() const;
+
+ private:
+  void begin(const ProfileOp& op, double flops);
+  void end();
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int64_t steps_ = 0;
+  double step_seconds_ = 0;
+};
+
+/// A profiler's result per step: what the table prints and the report's "profile" record
+/// holds. Shares are of the mean step time; GFLOP/s = flops / exclusive seconds / 1e9 (absent
+/// for ops without FLOPs).
+struct ProfileSummary {
+  struct Op {
+    std::string op, family, phase;
+    double calls_per_step = 0, ms_per_step = 0, share = 0;
+    double gflops = -1;  ///< -1: the op has no FLOPs
+  };
+  struct Family {
+    std::string family;
+    double ms_per_step = 0, share = 0;
+    double gflops = -1;  ///< -1: no FLOPs in the family
+  };
+  int64_t steps = 0;
+  double step_ms = 0;  ///< mean wall milliseconds of a profiled step
+  double ops_ms = 0;   ///< the ops' exclusive milliseconds per step, summed
+  std::vector<Op> ops;            ///< longest first
+  std::vector<Family> families;   ///< longest first
+};
+
+/// The summary of `p`'s rows and steps. Throws rn50::Error when no step was counted.
+ProfileSummary summarize_profile(const OpProfiler& p);
+
+/// The summary as Markdown tables: per op (calls/step, ms/step, share %, GFLOP/s), the step
+/// time the ops do not cover as a last row, then per family. `title` heads it.
+std::string profile_table(const ProfileSummary& s, const std::string& title);
+
+/// The "ops" and "families" lists of the report's profile record (docs/report-schema.md).
+nlohmann::ordered_json profile_ops_json(const ProfileSummary& s);
+nlohmann::ordered_json profile_families_json(const ProfileSummary& s);
+
+/// Wraps `inner` so that each of its ops is timed into the active OpProfiler (see the file
+/// comment): ops and their FLOPs (convolutions 2 N K OH OW C R S per direction, linear 2 N K C
+/// per product), inner->synchronize() after each op, capture() returning nullptr (no graphs:
+/// every op runs eagerly). name(), device(), supports() and the rest are the inner backend's.
+std::unique_ptr<Backend> make_profiling_backend(std::unique_ptr<Backend> inner);
+
+}  // namespace rn50
