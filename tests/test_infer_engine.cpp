@@ -201,5 +201,49 @@ TEST(InferBench, WritesOneConformingLinePerBatchSize) {
   EXPECT_THROW(bench_infer(c, out), Error);
 }
 
+// --profile with an engine on a compute backend (here the reference one, as CUDA's): a second
+// engine behind the profiling backend runs the profiled calls, one backend op per program op.
+TEST(InferBench, ProfilesADeviceEngineThroughTheProfilingBackend) {
+  Fixture f("resnet18", 4);
+  EngineOptions eo;
+  eo.device = "ref";
+  auto engine = make_inference_engine(fold_network(f.model->desc(), f.sd), eo);
+  const std::string report = std::string(RN50_BINARY_DIR) + "/infer_profile_test.jsonl";
+  std::remove(report.c_str());
+  InferBenchConfig c;
+  c.batch_sizes = {1};
+  c.crop_size = 32;
+  c.steps = 2;
+  c.warmup_steps = 1;
+  c.engine = eo;
+  c.profile = true;
+  std::ostringstream out;
+  {
+    ReportWriter w(report);
+    time_engine(*engine, c, "resnet18", 4, out, &w);
+  }
+  EXPECT_NE(out.str().find("profile: resnet18 fp32 batch 1 on ref"), std::string::npos)
+      << out.str();
+  std::ifstream fin(report);
+  int profiles = 0;
+  for (std::string line; std::getline(fin, line);) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_TRUE(check_report_line(j).empty()) << line;
+    if (j["type"] != "profile") continue;
+    ++profiles;
+    EXPECT_EQ(j["steps"], 2);
+    bool conv = false;
+    for (const auto& o : j["ops"])
+      if (o["op"] == "conv fwd (bias, add, relu fused)") {
+        conv = true;
+        EXPECT_DOUBLE_EQ(o["calls_per_step"].get<double>(), 20);  // resnet18's convs
+        EXPECT_GT(o["gflops"].get<double>(), 0);
+      }
+    EXPECT_TRUE(conv) << line;
+    EXPECT_GE(j["ops_ms"].get<double>(), 0.95 * j["step_ms"].get<double>()) << line;
+  }
+  EXPECT_EQ(profiles, 1);
+}
+
 }  // namespace
 }  // namespace rn50

@@ -15,6 +15,7 @@
 #include "rn50/predict.h"
 #include "rn50/inference.h"
 #include "rn50/report.h"
+#include "rn50/roofline.h"
 #include "rn50/serve.h"
 #include "rn50/train.h"
 #include "data/check_store.h"
@@ -190,7 +191,18 @@ InferBenchConfig infer_bench_config(const Config& c) {
   b.resize_short = given(c, "--resize-short") ? c.resize_short : 0;
   b.predictions_file = c.predictions_file;
   b.exact_decode = c.exact_decode;
+  b.profile = c.profile;
+  b.peak_file = c.peak_file;
   return b;
+}
+
+PeakBenchConfig peak_bench_config(const Config& c) {
+  PeakBenchConfig p;
+  p.precisions = c.precisions;
+  p.calls = c.benchmark_steps;
+  p.warmup = c.benchmark_warmup_steps;
+  p.report_file = c.report_file;
+  return p;
 }
 
 int report_command(const Config& c) {
@@ -282,6 +294,7 @@ int run(Command command, const Config& c) {
     case kBenchLoader: return bench_loader_command(c);
     case kBenchTrain: run_train_sweep(sweep_config(c), std::cout); return 0;
     case kBenchInfer: bench_infer(infer_bench_config(c), std::cout); return 0;
+    case kBenchPeak: run_bench_peak(peak_bench_config(c), std::cout); return 0;
     case kReport: return report_command(c);
     case kServe: return serve_command(c);
     case kConvertData: return convert_data_command(c);

@@ -1,5 +1,6 @@
 // rn50: the command line.
-//   rn50 train | eval | predict | export | check-data | bench loader|train|infer | report [flags]
+//   rn50 train | eval | predict | export | check-data | bench loader|train|infer|peak | report
+//        [flags]
 //   rn50 serve --model DIR ... | --model-repository DIR [--port 8000] [flags]
 // Every command's flags come from one table (src/config/flags.h): names and spellings follow
 // NVIDIA DeepLearningExamples (PaddlePaddle RN50 v1.5 train.py where it has them), values are
@@ -176,7 +177,13 @@ const char* description(Command c) {
              "(rn50 report reads it). Under mpirun -np N every rank runs it (bench/scaling.sh)";
     case rn50::kBenchInfer:
       return "inference throughput and latency (avg, p50, p90, p95, p99) per batch size, with "
-             "the inference engine (BN folded, fused post-ops)";
+             "the inference engine (BN folded, fused post-ops); GFLOP/s achieved and, with "
+             "--peak-file, its share of the measured peak; --profile: per-op times";
+    case rn50::kBenchPeak:
+      return "the machine's own limit: oneDNN's large matmul and 3x3 convolution on every core "
+             "in fp32, bf16 and int8 (u8 x s8), GFLOP/s (GOP/s) per op and precision; its "
+             "--report-file is the --peak-file of bench train, bench infer and train "
+             "--benchmark";
     case rn50::kServe:
       return "serve exported models over KServe's Open Inference Protocol v2 (Triton's REST "
              "API) with dynamic batching, Prometheus metrics (/metrics) and a web page (/)";
@@ -203,7 +210,7 @@ int main(int argc, char** argv) {
                "benchmarks, export and prediction"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("rn50 ") + rn50::kRn50Version);
-  CLI::App* bench = app.add_subcommand("bench", "benchmarks: loader, train, infer");
+  CLI::App* bench = app.add_subcommand("bench", "benchmarks: loader, train, infer, peak");
   bench->require_subcommand(1);
   std::vector<CommandFlags> commands;
   commands.reserve(rn50::all_commands().size());

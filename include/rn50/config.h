@@ -55,6 +55,16 @@ struct Config {
   int benchmark_steps = 50;
   /// --benchmark-warmup-steps: untimed steps before measuring (DLE Paddle 100; 10 here).
   int benchmark_warmup_steps = 10;
+  /// --profile: with --benchmark (rn50 train) and in rn50 bench infer: time every op of the
+  /// measured steps (forward, backward-data, backward-weights apart; reorders and copies as ops
+  /// of their own; rn50/profile.h), print the per-op table and write a "profile" report record.
+  /// Each op is timed on its own (the backend synchronised after it; no CUDA graph), so the
+  /// figures of a profiled run are of that run.
+  bool profile = false;
+  /// --peak-file: a file holding "peak" records (`rn50 bench peak --report-file FILE`); the
+  /// benchmark records then carry the share of the measured peak of their precision
+  /// (rn50/roofline.h). Empty = no share (GFLOP/image and achieved GFLOP/s are recorded anyway).
+  std::string peak_file;
 
   // ---- optimisation (DLE RN50 v1.5) ----
   /// --epochs: number of epochs (DLE 90).

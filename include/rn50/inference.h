@@ -260,6 +260,11 @@ struct EngineOptions {
   /// at 127). The network input and the fc input, fake-quantized in QAT training, stay f32 here
   /// (as the stem conv and fc they feed; the fc and stem weights are not fake-quantized either).
   std::string precision;
+  /// Profiling (rn50/profile.h): the device engine runs its ops through the profiling backend
+  /// (each op timed and synchronised, no CUDA graph) so that an active OpProfiler sees them.
+  /// The CPU engine needs no option: it times its primitives whenever an OpProfiler is active
+  /// on the calling thread.
+  bool profile = false;
 };
 
 /// Runs an InferenceProgram forward only: weights pre-packed once in the layout the backend
@@ -354,6 +359,12 @@ struct InferBenchConfig {
   int resize_short = 0;          ///< --resize-short; 0 = the model's, else crop * 256 / 224
   std::string predictions_file;  ///< --predictions-file: "path<TAB>label<TAB>top1" per image
   bool exact_decode = false;     ///< --exact-decode: PIL's pixels bit for bit (LoaderOptions)
+  /// --profile: after each batch size's timed calls, as many profiled calls (every op timed,
+  /// rn50/profile.h): a per-op table and a "profile" record. The timed calls stay unprofiled.
+  bool profile = false;
+  /// --peak-file: "peak" records (rn50 bench peak) to state each result's share of the peak of
+  /// its precision (rn50/roofline.h); empty = none.
+  std::string peak_file;
 };
 
 /// Accuracy of an engine over an ImageFolder val split.

@@ -44,6 +44,12 @@ struct TrainBenchmarkResult {
   /// The backend's and the communication libraries' versions and device names
   /// (Backend::environment, communicator_libraries).
   std::vector<std::pair<std::string, std::string>> environment;
+  /// GFLOP of one image's training step: 3 x forward_flops (rn50/graph.h) at the run's input.
+  double gflops_per_image = 0;
+  /// The measured peak of the run's precision from --peak-file (rn50/roofline.h), GFLOP/s, and
+  /// the op that gave it; -1 and empty without one.
+  double peak_gflops = -1;
+  std::string peak_op;
 };
 
 /// Runs `cfg` as `rn50 train --benchmark` does (cfg.benchmark is set here) and returns its

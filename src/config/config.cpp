@@ -218,6 +218,9 @@ void validate(const Config& c) {
   refuse("--benchmark-steps", !c.benchmark, "it counts --benchmark steps; add --benchmark");
   refuse("--benchmark-warmup-steps", !c.benchmark,
          "it counts --benchmark steps; add --benchmark");
+  refuse("--profile", !c.benchmark, "it profiles the --benchmark steps; add --benchmark");
+  refuse("--peak-file", !c.benchmark,
+         "a share of the peak is a benchmark's figure; add --benchmark");
   refuse("--eval-interval", c.benchmark || c.run_scope != RunScope::train_eval,
          "nothing is evaluated during training with --benchmark or --run-scope train_only");
   refuse("--save-interval", c.benchmark || !training,

@@ -1,6 +1,6 @@
 // rn50: the flag table (config/flags.h) — one entry per flag of every command. The commands
 // that take a flag are its bit mask: T train, E eval, BT bench train, BI bench infer, BL bench
-// loader, P predict, X export, CD check-data, R report, S serve, CVD convert-data, CVW
+// loader, BP bench peak, P predict, X export, CD check-data, R report, S serve, CVD convert-data, CVW
 // convert-weights.
 #include <fmt/format.h>
 
@@ -18,8 +18,8 @@ namespace {
 using namespace flag_kinds;
 using C = Config;
 constexpr unsigned T = kTrain, E = kEval, BT = kBenchTrain, BI = kBenchInfer, BL = kBenchLoader,
-                   P = kPredict, X = kExport, CD = kCheckData, R = kReport, S = kServe,
-                   CVD = kConvertData, CVW = kConvertWeights;
+                   BP = kBenchPeak, P = kPredict, X = kExport, CD = kCheckData, R = kReport,
+                   S = kServe, CVD = kConvertData, CVW = kConvertWeights;
 constexpr unsigned TE = T | E;
 
 /// What to run, the recipe and the model.
@@ -34,11 +34,23 @@ void add_run_and_recipe(std::vector<FlagSpec>& t) {
                       "images (infer.ips, latency percentiles)",
                       TE));
   t.push_back(integer("--benchmark-steps", &C::benchmark_steps,
-                      "measured benchmark steps (bench infer: timed calls per batch size)",
-                      TE | BT | BI, at_least(1)));
+                      "measured benchmark steps (bench infer: timed calls per batch size; bench "
+                      "peak: timed calls per op and precision)",
+                      TE | BT | BI | BP, at_least(1)));
   t.push_back(integer("--benchmark-warmup-steps", &C::benchmark_warmup_steps,
-                      "untimed benchmark steps (calls) before measuring", TE | BT | BI,
+                      "untimed benchmark steps (calls) before measuring", TE | BT | BI | BP,
                       at_least(0)));
+  t.push_back(switch_("--profile", &C::profile,
+                      "time every op of the measured steps (forward, backward-data, "
+                      "backward-weights apart; reorders and copies as ops of their own): a "
+                      "per-op table (ms/step, share of the step, GFLOP/s) and a profile report "
+                      "record; rn50 train: with --benchmark",
+                      T | BI));
+  t.push_back(text("--peak-file", &C::peak_file,
+                   "a file of peak records (rn50 bench peak --report-file FILE): the benchmark "
+                   "records and tables then give the share of the measured peak of their "
+                   "precision; empty = no share; rn50 train: with --benchmark",
+                   T | BT | BI));
   t.push_back(switch_("--show-config", &C::show_config,
                       "print the resolved configuration as a table before running", TE | BT));
   // ---- optimisation (DLE RN50 v1.5) ----
@@ -408,11 +420,12 @@ void add_precision_and_data(std::vector<FlagSpec>& t) {
                    T));
   t.push_back(text("--report-file", &C::report_file,
                    "report file: train/eval write JSON lines (config, step, epoch, eval, "
-                   "benchmark records); bench loader and bench infer append their lines; bench "
+                   "benchmark records); bench loader, bench infer and bench peak append their "
+                   "lines; bench "
                    "train writes its sweep JSON; empty = none. A write that fails (a full disk) "
                    "stops the run naming the file and the reason, as DLLogger does: a run "
                    "whose record is being lost is not left to continue unnoticed",
-                   TE | BT | BL | BI));
+                   TE | BT | BL | BI | BP));
   t.push_back(choice("--report-format", &C::report_format, {"rn50", "dllogger"},
                      "format of --report-file: rn50's JSON lines (docs/report-schema.md) or "
                      "DLLogger's \"DLLL {...}\" lines as DLE's scripts write and parse",
@@ -544,9 +557,10 @@ void add_other_commands(std::vector<FlagSpec>& t) {
   t.push_back(integer("--warmup-batches", &C::warmup_batches, "untimed batches first", BL,
                       at_least<int64_t>(0)));
   t.push_back(text_list("--precisions", &C::precisions, {},
-                        "rn50/precision.h names (fp32, tf32, amp-fp16, amp-bf16, pure-fp16); "
-                        "none = fp32, tf32, amp-fp16, amp-bf16 on CUDA, fp32 on the CPU",
-                        BT));
+                        "bench train: rn50/precision.h names (fp32, tf32, amp-fp16, amp-bf16, "
+                        "pure-fp16), none = fp32, tf32, amp-fp16, amp-bf16 on CUDA, fp32 on the "
+                        "CPU; bench peak: fp32, bf16, int8, none = all three",
+                        BT | BP));
   t.push_back(integer("--repeats", &C::repeats, "runs per (precision, batch size) point", BT,
                       at_least(1)));
   t.push_back(switch_("--verbose", &C::verbose, "print every run's progress lines too", BT));

@@ -15,8 +15,8 @@ using json = nlohmann::ordered_json;
 
 const std::vector<Command>& all_commands() {
   static const std::vector<Command> all{
-      kTrain,      kEval,       kPredict, kExport, kCheckData,   kBenchLoader,
-      kBenchTrain, kBenchInfer, kReport,  kServe,  kConvertData, kConvertWeights};
+      kTrain,      kEval,      kPredict, kExport, kCheckData,   kBenchLoader,   kBenchTrain,
+      kBenchInfer, kBenchPeak, kReport,  kServe,  kConvertData, kConvertWeights};
   return all;
 }
 
@@ -30,6 +30,7 @@ const char* command_name(Command c) {
     case kBenchLoader: return "bench loader";
     case kBenchTrain: return "bench train";
     case kBenchInfer: return "bench infer";
+    case kBenchPeak: return "bench peak";
     case kReport: return "report";
     case kServe: return "serve";
     case kConvertData: return "convert-data";
@@ -63,6 +64,10 @@ Config default_config(Command c) {
       cfg.benchmark_steps = 20;
       cfg.benchmark_warmup_steps = 3;
       cfg.batch_sizes = {1, 32};
+      break;
+    case kBenchPeak:
+      cfg.benchmark_steps = 10;
+      cfg.benchmark_warmup_steps = 2;
       break;
     case kTrain:
     case kPredict:

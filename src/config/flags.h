@@ -37,13 +37,14 @@ enum Command : unsigned {
   kServe = 1u << 9,
   kConvertData = 1u << 10,
   kConvertWeights = 1u << 11,
+  kBenchPeak = 1u << 12,
 };
 inline constexpr unsigned kTrainAndEval = kTrain | kEval;
 
 /// Every command, in --help order.
 const std::vector<Command>& all_commands();
 /// "train", "eval", "predict", "export", "check-data", "bench loader", "bench train",
-/// "bench infer", "report", "serve", "convert-data", "convert-weights".
+/// "bench infer", "bench peak", "report", "serve", "convert-data", "convert-weights".
 const char* command_name(Command c);
 /// The commands of a mask, by name, comma-separated ("train, bench train").
 std::string command_names(unsigned commands);
@@ -51,7 +52,8 @@ std::string command_names(unsigned commands);
 /// A command's defaults: Config{} (DLE's recipe) with the command's own: eval evaluates
 /// (--run-scope eval_only); bench train benchmarks (--benchmark) on synthetic data, 20 measured
 /// steps after 5 warm-up ones per run; bench infer on synthetic data, 20 timed calls after 3,
-/// batch sizes 1 and 32. Help texts and --show-config show these.
+/// batch sizes 1 and 32; bench peak 10 timed calls after 2. Help texts and --show-config show
+/// these.
 Config default_config(Command c);
 
 struct FlagSpec {

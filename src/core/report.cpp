@@ -31,6 +31,25 @@ void add_loss_scale(std::vector<ReportField>& f) {
                   "steps skipped so far for inf/NaN gradients; with fp16 --amp only"));
 }
 
+/// The roofline fields of a benchmark record (rn50/roofline.h); `what` says what one image's
+/// GFLOP count covers.
+void add_roofline(std::vector<ReportField>& f, const std::string& what) {
+  f.push_back(opt("gflops_per_image", T::number,
+                  "GFLOP of one image: " + what +
+                      " (2 x the multiply-adds of the convolutions and the fc, forward_flops in "
+                      "rn50/graph.h; BN, ReLU, add and pooling not counted); reports before the "
+                      "roofline lack it"));
+  f.push_back(opt("achieved_gflops", T::number,
+                  "GFLOP/s achieved: images/s x gflops_per_image; with gflops_per_image"));
+  f.push_back(opt("peak_gflops", T::number,
+                  "the measured peak of this precision (rn50 bench peak: the better of oneDNN's "
+                  "matmul and 3x3 conv, GOP/s for int8); with --peak-file holding one"));
+  f.push_back(opt("peak_op", T::string, "which op gave peak_gflops: matmul or conv3x3; with it"));
+  f.push_back(opt("peak_share", T::number,
+                  "achieved_gflops / peak_gflops, 0-1 (the share of the machine's own limit); "
+                  "with peak_gflops"));
+}
+
 /// The validation metrics of an evaluation pass; required or not.
 void add_val(std::vector<ReportField>& f, bool required, const std::string& when) {
   auto add = [&](std::string name, FieldType t, std::string doc) {
@@ -157,7 +176,45 @@ std::vector<ReportRecordType> make_schema() {
   b.push_back(opt("gpu_memory_used_bytes", T::integer,
                   "device memory in use (total - free, CUDA context included); on GPUs only"));
   add_loss_scale(b);
+  add_roofline(b, "a training step's, 3 x the forward (forward, backward-data, backward-weights)");
+  b.push_back(opt("profiled", T::boolean,
+                  "true: run with --profile (each op timed and synchronised: the figures are of "
+                  "the profiled run); with --profile only"));
   s.push_back(std::move(bench));
+
+  ReportRecordType prof{"profile",
+                        "with --profile: once at the end of `rn50 train --benchmark` (after its "
+                        "benchmark line; the measured steps profiled), and once per batch size "
+                        "by `rn50 bench infer` (after its infer_benchmark line, of as many "
+                        "profiled calls after the unprofiled timed ones)",
+                        {},
+                        false};
+  auto& pr = prof.fields;
+  pr.push_back(req("source", T::string, "what ran: \"train --benchmark\" or \"bench infer\""));
+  pr.push_back(req("arch", T::string, "model: resnet50, resnet18, ..."));
+  pr.push_back(req("precision", T::string,
+                   "training precision (fp32, amp_bf16, ...) or engine precision (fp32, bf16, "
+                   "int8)"));
+  pr.push_back(req("device", T::string, "device used, e.g. \"cpu\" or \"cuda:0\""));
+  pr.push_back(req("batch_size", T::integer, "images per step (per call)"));
+  pr.push_back(req("crop_size", T::integer, "input height and width, pixels"));
+  pr.push_back(req("steps", T::integer, "profiled steps (the measured ones; warmup excluded)"));
+  pr.push_back(req("step_ms", T::number,
+                   "mean wall milliseconds of a profiled step (training: without the data wait; "
+                   "inference: one engine call)"));
+  pr.push_back(req("ops_ms", T::number,
+                   "the ops' exclusive milliseconds per step, summed (the rest of step_ms is "
+                   "host code between ops)"));
+  pr.push_back(req("ops", T::list,
+                   "one object per op, longest first: op (\"conv fwd\", \"conv bwd_data\", "
+                   "\"reorder conv weights (fwd)\", ...), family (conv, batchnorm, relu, add, "
+                   "pool, linear, loss, sgd, copy, reorder, ...), phase (fwd, bwd_data, "
+                   "bwd_weights, bwd, update, -), calls_per_step, ms_per_step (exclusive: a "
+                   "nested reorder's time is its own row's), share (of step_ms, 0-1), gflops "
+                   "(achieved GFLOP/s; null for ops without FLOPs)"));
+  pr.push_back(req("families", T::list,
+                   "the ops summed by family, longest first: family, ms_per_step, share, gflops"));
+  s.push_back(std::move(prof));
 
   ReportRecordType loader{
       "loader", "by `rn50 bench loader` (appended to --report-file)", {}, false};
@@ -198,6 +255,7 @@ std::vector<ReportRecordType> make_schema() {
   f.push_back(req("crop_size", T::integer, "input height and width, pixels"));
   f.push_back(req("precision", T::string, "engine precision: fp32, tf32, fp16, bf16 or int8"));
   f.push_back(req("device", T::string, "engine device: cpu or cuda:N"));
+  add_roofline(f, "the forward pass");
   s.push_back(std::move(infer));
 
   ReportRecordType acc{"infer_accuracy",
@@ -244,6 +302,10 @@ std::vector<ReportRecordType> make_schema() {
   w.push_back(req("warmup_steps", T::integer,
                   "untimed steps before each repeat (--benchmark-warmup-steps)"));
   w.push_back(req("repeats", T::integer, "runs per point (--repeats)"));
+  w.push_back(opt("gflops_per_image", T::number,
+                  "GFLOP of one image's training step, 3 x the forward (2 x the conv and fc "
+                  "multiply-adds, forward_flops in rn50/graph.h); sweeps before the roofline "
+                  "lack it"));
   w.push_back(req(
       "points", T::list,
       "one object per (precision, batch_size): precision (fp32, tf32, amp_fp16, amp_bf16), "
@@ -251,8 +313,40 @@ std::vector<ReportRecordType> make_schema() {
       "ips_median, ips_min, ips_max, ips_per_rank_median, step_time_ms {mean, p50, p90, p95, "
       "p99} over every measured step of every repeat (rank 0), data_wait_share (seconds "
       "waiting for data / step seconds, 0-1), peak_host_rss_bytes (rank 0, max over repeats; -1: "
-      "unknown), gpu_memory_used_bytes (GPUs only), loss (last step of the last repeat)"));
+      "unknown), gpu_memory_used_bytes (GPUs only), loss (last step of the last repeat), "
+      "achieved_gflops (ips_median x gflops_per_image), and with --peak-file holding a peak of "
+      "the point's precision: peak_gflops, peak_op (matmul or conv3x3), peak_share "
+      "(achieved_gflops / peak_gflops, 0-1)"));
   s.push_back(std::move(sweep));
+
+  ReportRecordType peak{"peak",
+                        "by `rn50 bench peak`, one per (op, precision) (appended to "
+                        "--report-file; --peak-file of the benchmarks reads them)",
+                        {},
+                        false};
+  auto& k = peak.fields;
+  k.push_back(req("op", T::string, "matmul (M = N = K = 2048) or conv3x3 (N 32, C = K = 256, "
+                                   "28x28, pad 1), oneDNN forward inference"));
+  k.push_back(req("precision", T::string,
+                  "fp32; bf16 (bf16 inputs, f32 output); int8 (u8 x s8 -> s32)"));
+  k.push_back(req("shape", T::string, "the problem timed"));
+  k.push_back(req("ops_per_call", T::number, "2 x the multiply-adds of one call"));
+  k.push_back(opt("gflops", T::number,
+                  "GFLOP/s (int8: GOP/s) at the median call time; unless skipped"));
+  k.push_back(opt("seconds_median", T::number, "median wall seconds of a call; unless skipped"));
+  k.push_back(opt("seconds_min", T::number, "fastest call, seconds; unless skipped"));
+  k.push_back(req("calls", T::integer, "timed calls (--benchmark-steps)"));
+  k.push_back(req("warmup_calls", T::integer, "untimed calls before (--benchmark-warmup-steps)"));
+  k.push_back(req("impl", T::string,
+                  "oneDNN's implementation (impl_info_str, e.g. brg:avx512_core_bf16); empty "
+                  "when skipped before one was chosen"));
+  k.push_back(req("isa", T::string, "the instruction set oneDNN dispatches to"));
+  k.push_back(req("threads", T::integer, "OpenMP threads (oneDNN uses them all)"));
+  k.push_back(req("device", T::string, "cpu"));
+  k.push_back(req("hardware", T::string, "the CPU model (/proc/cpuinfo)"));
+  k.push_back(req("onednn", T::string, "oneDNN version"));
+  k.push_back(opt("skipped", T::string, "why it was not measured (bf16 on a CPU without it)"));
+  s.push_back(std::move(peak));
   return s;
 }
 

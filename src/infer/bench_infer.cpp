@@ -1,12 +1,15 @@
 // rn50 inference: `rn50 bench infer` (see rn50/inference.h). Per batch size: a random normalised
 // input batch, --benchmark-warmup-steps untimed calls (which build the plan), then
-// --benchmark-steps timed calls of InferenceEngine::run.
+// --benchmark-steps timed calls of InferenceEngine::run; the GFLOP/s they achieve and, with
+// --peak-file, their share of the measured peak (rn50/roofline.h); with --profile, as many
+// profiled calls after them (rn50/profile.h).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <ostream>
 #include <random>
 
@@ -19,6 +22,8 @@
 #include "rn50/data.h"
 #include "rn50/inference.h"
 #include "rn50/model.h"
+#include "rn50/profile.h"
+#include "rn50/roofline.h"
 
 namespace rn50 {
 
@@ -158,15 +163,81 @@ InferAccuracy measure_accuracy(InferenceEngine& engine, const std::string& image
   return acc;
 }
 
+namespace {
+
+/// `n` calls of `engine` on `x` with `prof` active, each counted as a profiled step; the
+/// profile table to `out` and its record to `report`.
+void profile_engine(InferenceEngine& engine, const Tensor& x, int n, const InferBenchConfig& cfg,
+                    const std::string& arch, const std::string& device, std::ostream& out,
+                    ReportWriter* report) {
+  OpProfiler prof;
+  for (int i = 0; i < n; ++i) {
+    OpProfiler::Activation on(prof);
+    const auto t0 = std::chrono::steady_clock::now();
+    engine.run(x);
+    prof.add_step(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  const ProfileSummary s = summarize_profile(prof);
+  out << profile_table(s, fmt::format("profile: {} {} batch {} on {}, per call", arch,
+                                      engine.precision(), x.n(), device))
+      << "\n";
+  out.flush();
+  ReportRecord r("profile");
+  r.set("source", std::string("bench infer"))
+      .set("arch", arch)
+      .set("precision", engine.precision())
+      .set("device", device)
+      .set("batch_size", x.n())
+      .set("crop_size", cfg.crop_size)
+      .set("steps", s.steps)
+      .set("step_ms", s.step_ms)
+      .set("ops_ms", s.ops_ms)
+      .set_json("ops", profile_ops_json(s))
+      .set_json("families", profile_families_json(s));
+  if (report) report->write(r);
+}
+
+}  // namespace
+
 std::vector<InferBenchPoint> time_engine(InferenceEngine& engine, const InferBenchConfig& cfg,
                                          const std::string& arch, int classes, std::ostream& out,
                                          ReportWriter* report) {
+  // The device the engine runs on, by name ("auto" resolved: "cpu" or "cuda:N"; "ref" the
+  // tests' reference engine).
+  const std::string device =
+      cfg.engine.device == "ref" ? std::string("ref") : resolve_device(cfg.engine.device).name;
+  // The roofline: the forward GFLOP of one image, and the peaks to set the results against.
+  const double gflops_per_image =
+      forward_flops(describe(arch_from_name(arch), classes), cfg.crop_size, cfg.crop_size) / 1e9;
+  std::optional<PeakTable> peaks;
+  if (!cfg.peak_file.empty()) peaks = PeakTable::load(cfg.peak_file);
+  // The profiled engine: this one on the CPU (its primitives are timed whenever a profiler is
+  // active); a device engine is built again behind the profiling backend, so that the timed
+  // calls keep their CUDA graphs.
+  std::unique_ptr<InferenceEngine> profiled_engine;
+  if (cfg.profile && device != "cpu") {
+    EngineOptions eo = cfg.engine;
+    eo.precision = engine.precision();
+    eo.profile = true;
+    profiled_engine = make_inference_engine(engine.program(), eo);
+  }
+  InferenceEngine& profiled = profiled_engine ? *profiled_engine : engine;
   out << fmt::format(
       "inference benchmark: {} {} classes, {} on {}, {}x{}, {} timed calls after {}\n", arch,
-      classes, engine.precision(), cfg.engine.device, cfg.crop_size, cfg.crop_size, cfg.steps,
+      classes, engine.precision(), device, cfg.crop_size, cfg.crop_size, cfg.steps,
       cfg.warmup_steps);
-  out << fmt::format("{:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "batch", "img/s",
-                     "avg ms", "p50 ms", "p90 ms", "p95 ms", "p99 ms");
+  out << fmt::format(
+      "{:.3f} GFLOP per image (forward: 2 x conv and fc multiply-adds); peak of {}: {}\n",
+      gflops_per_image, engine.precision(), [&] {
+        const PeakRecord* pk =
+            peaks ? peaks->best(peak_precision(engine.precision()), device) : nullptr;
+        return pk ? fmt::format("{:.1f} GFLOP/s ({}, {})", pk->gflops, pk->op, cfg.peak_file)
+                  : std::string(cfg.peak_file.empty() ? "none (--peak-file FILE)"
+                                                      : "none measured in --peak-file");
+      }());
+  out << fmt::format("{:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>7}\n", "batch",
+                     "img/s", "avg ms", "p50 ms", "p90 ms", "p95 ms", "p99 ms", "GFLOP/s",
+                     "% peak");
   out.flush();
   std::vector<InferBenchPoint> points;
   std::mt19937_64 gen(cfg.seed + 1);
@@ -193,9 +264,6 @@ std::vector<InferBenchPoint> time_engine(InferenceEngine& engine, const InferBen
     p.latency_p90_ms = percentile(ms, 90);
     p.latency_p95_ms = percentile(ms, 95);
     p.latency_p99_ms = percentile(ms, 99);
-    out << fmt::format("{:>6} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f}\n", b,
-                       p.ips, p.latency_avg_ms, p.latency_p50_ms, p.latency_p90_ms,
-                       p.latency_p95_ms, p.latency_p99_ms);
     out.flush();
     ReportRecord r("infer_benchmark");
     r.set("batch_size", b)
@@ -211,9 +279,22 @@ std::vector<InferBenchPoint> time_engine(InferenceEngine& engine, const InferBen
         .set("num_of_class", classes)
         .set("crop_size", cfg.crop_size)
         .set("precision", engine.precision())
-        .set("device", cfg.engine.device);
+        .set("device", device);
+    const double share = set_roofline_fields(r, gflops_per_image, p.ips, peaks ? &*peaks : nullptr,
+                                             engine.precision(), device);
+    out << fmt::format("{:>6} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>9.1f} "
+                       "{:>7}\n",
+                       b, p.ips, p.latency_avg_ms, p.latency_p50_ms, p.latency_p90_ms,
+                       p.latency_p95_ms, p.latency_p99_ms, p.ips * gflops_per_image,
+                       share < 0 ? std::string("-") : fmt::format("{:.1f}%", 100 * share));
+    out.flush();
     if (report) report->write(r);
     points.push_back(p);
+    if (cfg.profile) {
+      if (profiled_engine)
+        for (int i = 0; i < std::max(1, cfg.warmup_steps); ++i) profiled.run(x);  // its plan
+      profile_engine(profiled, x, cfg.steps, cfg, arch, device, out, report);
+    }
   }
   return points;
 }

@@ -2,10 +2,18 @@
 // oneDNN CPU engine (engine_cpu.cpp) or the compute-backend engine (engine_device.cpp: CUDA,
 // or the reference backend for tests).
 #include "core/check.h"
-#include "rn50/backend.h"
 #include "infer/engine_impl.h"
+#include "rn50/backend.h"
+#include "rn50/profile.h"
 
 namespace rn50 {
+
+namespace {
+/// The device engine's backend, behind the profiling backend when asked to be profiled.
+std::unique_ptr<Backend> engine_backend(std::unique_ptr<Backend> be, const EngineOptions& opt) {
+  return opt.profile ? make_profiling_backend(std::move(be)) : std::move(be);
+}
+}  // namespace
 
 std::unique_ptr<InferenceEngine> make_inference_engine(InferenceProgram program,
                                                        const EngineOptions& opt) {
@@ -16,7 +24,7 @@ std::unique_ptr<InferenceEngine> make_inference_engine(InferenceProgram program,
                "inference: --precision {}: the engine on the reference backend computes in "
                "fp32, fp16 or bf16",
                p);
-    return make_device_engine(std::move(program), make_backend("ref"), p);
+    return make_device_engine(std::move(program), engine_backend(make_backend("ref"), opt), p);
   }
   const DeviceChoice dev = resolve_device(opt.device);  // throws naming --device
   if (dev.backend == "cuda") {
@@ -30,7 +38,8 @@ std::unique_ptr<InferenceEngine> make_inference_engine(InferenceProgram program,
     BackendOptions bo;
     bo.device_index = dev.index;
     bo.allow_tf32 = p == "tf32";  // fp32 means IEEE f32 math, as TensorRT's default
-    return make_device_engine(std::move(program), make_backend("cuda", bo), p);
+    return make_device_engine(std::move(program), engine_backend(make_backend("cuda", bo), opt),
+                              p);
   }
   RN50_CHECK(p == "fp32" || p == "bf16" || p == "int8",
              "inference: --precision {}: the CPU engine computes in fp32, bf16 or int8 (fp16 "

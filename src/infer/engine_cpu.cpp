@@ -31,6 +31,7 @@
 #include "core/fake_quant.h"
 #include "infer/engine_impl.h"
 #include "infer/quantize.h"
+#include "rn50/profile.h"
 
 namespace rn50 {
 namespace {
@@ -41,11 +42,23 @@ using dnnl::prop_kind;
 using tag = memory::format_tag;
 using dt = memory::data_type;
 
+// The engine's ops in a profile (rn50/profile.h): each primitive of the plan, the input's load
+// and the logits' copy out.
+constexpr ProfileOp kLoadInput{"reorder input (f32 -> nhwc)", "reorder", "-"};
+constexpr ProfileOp kConvOp{"conv fwd (bias, add, relu fused)", "conv", "fwd"};
+constexpr ProfileOp kMaxpoolOp{"maxpool fwd", "pool", "fwd"};
+constexpr ProfileOp kAvgpoolOp{"global avgpool fwd", "pool", "fwd"};
+constexpr ProfileOp kFcOp{"linear fwd", "linear", "fwd"};
+constexpr ProfileOp kConvertOp{"reorder (quantize / dequantize)", "reorder", "-"};
+constexpr ProfileOp kLogitsOp{"copy logits", "copy", "-"};
+
 /// One primitive with its arguments.
 struct Step {
   dnnl::primitive prim;
   std::unordered_map<int, memory> args;
   int value = 0;  ///< the value the step writes (for the calibration observer)
+  const ProfileOp* op = &kConvertOp;  ///< what it is in a profile
+  double flops = 0;                   ///< 2 x its multiply-adds (conv, fc)
 };
 
 struct Plan {
@@ -88,13 +101,27 @@ class CpuEngine final : public InferenceEngine {
                 x.data());
     dnnl::reorder& load = plan.load_input[nhwc];
     if (!load) load = dnnl::reorder(user, plan.input);
-    load.execute(strm_, user, plan.input);
+    // An active profiler times each primitive (it runs synchronously on the CPU; the wait is
+    // for certainty), else the loop runs untouched.
+    const bool profiled = OpProfiler::current() != nullptr;
+    {
+      OpProfiler::Scope timed(kLoadInput);
+      load.execute(strm_, user, plan.input);
+      if (profiled) strm_.wait();
+    }
     if (observer_) observe(0, plan.input);
     for (Step& s : plan.steps) {
-      s.prim.execute(strm_, s.args);
+      if (profiled) {
+        OpProfiler::Scope timed(*s.op, s.flops);
+        s.prim.execute(strm_, s.args);
+        strm_.wait();
+      } else {
+        s.prim.execute(strm_, s.args);
+      }
       if (observer_) observe(s.value, s.args.at(DNNL_ARG_DST));
     }
     strm_.wait();
+    OpProfiler::Scope timed(kLogitsOp);
     Tensor out = Tensor::empty({x.n(), prog_.num_classes}, DType::f32);
     std::memcpy(out.data(), plan.logits, out.nbytes());
     return out;
@@ -391,6 +418,10 @@ class CpuEngine final : public InferenceEngine {
           attr.set_post_ops(po);
           dnnl::convolution_forward::primitive_desc pd(d, attr, eng_);
           st.prim = dnnl::convolution_forward(pd);
+          st.op = &kConvOp;
+          const auto& oshape = shape[static_cast<size_t>(nd.out)];
+          st.flops = 2.0 * static_cast<double>(n * oshape[0] * oshape[1] * oshape[2]) *
+                     static_cast<double>(c.in_channels * c.kernel * c.kernel);
           const memory w =
               pack(op.weight, memory::desc(wd, dt::f32, tag::oihw), pd.weights_desc(), w_scale);
           const memory b(b_md, eng_, const_cast<float*>(bias));
@@ -417,6 +448,7 @@ class CpuEngine final : public InferenceEngine {
               stride, k, pad, pad);
           dnnl::pooling_forward::primitive_desc pd(d, eng_);
           st.prim = dnnl::pooling_forward(pd);
+          st.op = mx ? &kMaxpoolOp : &kAvgpoolOp;
           st.args = {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_DST, dst_m}};
           break;
         }
@@ -429,6 +461,8 @@ class CpuEngine final : public InferenceEngine {
           dnnl::inner_product_forward::desc d(prop_kind::forward_inference, x2, w_any, b_md, y2);
           dnnl::inner_product_forward::primitive_desc pd(d, eng_);
           st.prim = dnnl::inner_product_forward(pd);
+          st.op = &kFcOp;
+          st.flops = 2.0 * static_cast<double>(n * k * c);
           const Tensor* fw = &op.weight;
           if (qat) {  // per output channel, src/core/fake_quant.h
             Tensor q = Tensor::empty(op.weight.shape(), DType::f32);

@@ -14,6 +14,7 @@
 #include "rn50/backend.h"
 #include "rn50/bench.h"
 #include "rn50/parallel.h"
+#include "rn50/roofline.h"
 #include "config/config.h"
 
 namespace rn50 {
@@ -87,6 +88,18 @@ json summarize_sweep_point(Precision precision, int batch_size,
   p["peak_host_rss_bytes"] = rss;
   if (gpu >= 0) p["gpu_memory_used_bytes"] = gpu;
   p["loss"] = runs.back().last_loss;
+  // The roofline (rn50/roofline.h): GFLOP/s at the median, and its share of the measured peak.
+  const double gflops = runs.front().gflops_per_image;
+  if (gflops > 0) {
+    const double achieved = s.median * gflops;
+    p["achieved_gflops"] = achieved;
+    const TrainBenchmarkResult& r = runs.front();
+    if (r.peak_gflops > 0) {
+      p["peak_gflops"] = r.peak_gflops;
+      p["peak_op"] = r.peak_op;
+      p["peak_share"] = achieved / r.peak_gflops;
+    }
+  }
   return p;
 }
 
@@ -139,9 +152,12 @@ json run_train_sweep(const TrainSweepConfig& cfg, std::ostream& out) {
                cfg.base.data == DataKind::synthetic ? std::string("synthetic")
                                                     : cfg.base.image_root)
         << std::flush;
+  // A bad --peak-file fails now, before the first run.
+  if (!cfg.base.peak_file.empty()) PeakTable::load(cfg.base.peak_file);
   std::string table = fmt::format(
       "\n| precision | batch | procs | img/s median | min | max | step p50 ms | step p90 ms | "
-      "data wait | peak host GiB{} |\n|---|---|---|---|---|---|---|---|---|---|{}\n",
+      "data wait | peak host GiB{} | GFLOP/s | % of peak |\n|---|---|---|---|---|---|---|---|---|"
+      "---|{}---|---|\n",
       dev.backend == "cuda" ? " | GPU GiB" : "", dev.backend == "cuda" ? "---|" : "");
   ProgressLine progress(stderr);
   const int total_runs = static_cast<int>(precisions.size() * cfg.batch_sizes.size()) * cfg.repeats;
@@ -174,6 +190,13 @@ json run_train_sweep(const TrainSweepConfig& cfg, std::ostream& out) {
           100 * pt["data_wait_share"].get<double>(), gib(pt["peak_host_rss_bytes"].get<int64_t>()));
       if (dev.backend == "cuda")
         row += fmt::format(" {} |", gib(pt.value("gpu_memory_used_bytes", int64_t{-1})));
+      row += fmt::format(" {} | {} |",
+                         pt.contains("achieved_gflops")
+                             ? fmt::format("{:.1f}", pt["achieved_gflops"].get<double>())
+                             : std::string("-"),
+                         pt.contains("peak_share")
+                             ? fmt::format("{:.1f}%", 100 * pt["peak_share"].get<double>())
+                             : std::string("-"));
       table += row + "\n";
       points.push_back(std::move(pt));
       last = runs.back();
@@ -201,6 +224,7 @@ json run_train_sweep(const TrainSweepConfig& cfg, std::ostream& out) {
   rec.set("steps", cfg.base.benchmark_steps);
   rec.set("warmup_steps", cfg.base.benchmark_warmup_steps);
   rec.set("repeats", cfg.repeats);
+  if (last.gflops_per_image > 0) rec.set("gflops_per_image", last.gflops_per_image);
   rec.set_json("points", points);
   writer.write(rec);
   if (log && writer.enabled())

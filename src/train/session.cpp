@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "core/check.h"
+#include "rn50/profile.h"
 #include "model/sparsity.h"
 #include "model/weights.h"
 #include "train/checkpoint.h"
@@ -96,6 +97,9 @@ void Session::setup_backend() {
   bo.device_index = device.index;
   bo.allow_tf32 = precision != Precision::fp32;
   backend = make_backend(device.backend, bo);
+  // --profile: every op through the profiling backend, timed whenever the benchmark's profiler
+  // is active (rn50/profile.h).
+  if (cfg.profile) backend = make_profiling_backend(std::move(backend));
   comm_ = make_communicator(cfg.dist_backend, *backend);
   RN50_CHECK(comm_->world_size() == proc.world_size,
              "communicator '{}' sees {} processes, the launcher {}", comm_->name(),

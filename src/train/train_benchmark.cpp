@@ -1,10 +1,15 @@
 // rn50: `rn50 train --benchmark` (a driver of train/session.h), also each run of a
-// `rn50 bench train` sweep.
+// `rn50 bench train` sweep: images/s, the GFLOP/s they are and, with --peak-file, their share
+// of the measured peak (rn50/roofline.h); with --profile, the per-op profile of the measured
+// steps (rn50/profile.h).
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "core/check.h"
+#include "rn50/profile.h"
+#include "rn50/roofline.h"
 #include "train/metrics.h"
 #include "train/session.h"
 
@@ -47,12 +52,41 @@ void report_allreduce(Session& s, ReportRecord& rec, int64_t measured_steps,
             full, bucketer->num_buckets(), s.cfg.bucket_size_mb, exposed, 100 * hidden);
 }
 
+/// The profile of the measured steps: its table into the log, its record into the report.
+void report_profile(Session& s, const OpProfiler& prof) {
+  const ProfileSummary sum = summarize_profile(prof);
+  s.log.out("{}\n", profile_table(sum, fmt::format("profile: {} {} batch {} on {}, per training "
+                                                   "step (data wait excluded)",
+                                                   s.cfg.arch, precision_name(s.precision),
+                                                   s.cfg.batch_size, s.device.name)));
+  ReportRecord r("profile");
+  r.set("source", std::string("train --benchmark"))
+      .set("arch", s.cfg.arch)
+      .set("precision", std::string(precision_name(s.precision)))
+      .set("device", s.device.name)
+      .set("batch_size", s.cfg.batch_size)
+      .set("crop_size", s.cfg.crop_size)
+      .set("steps", sum.steps)
+      .set("step_ms", sum.step_ms)
+      .set("ops_ms", sum.ops_ms)
+      .set_json("ops", profile_ops_json(sum))
+      .set_json("families", profile_families_json(sum));
+  s.report.write(r);
+}
+
 }  // namespace
 
 TrainBenchmarkResult run_train_benchmark(Session& s) {
   const Config& cfg = s.cfg;
   const int64_t warm = cfg.benchmark_warmup_steps, steps = cfg.benchmark_steps;
   const int world = s.proc.world_size;
+  // The roofline: GFLOP of one image's step (forward, backward-data, backward-weights: 3 x the
+  // forward) at the network's input, and the peaks (read before the first step: a bad file
+  // fails now).
+  const double gflops_per_image = train_flops(s.model->desc(), cfg.crop_size, cfg.crop_size) / 1e9;
+  std::optional<PeakTable> peaks;
+  if (!cfg.peak_file.empty()) peaks = PeakTable::load(cfg.peak_file);
+  OpProfiler prof;
   ThroughputMeter meter(warm);
   int epoch = s.start_epoch;
   s.train->start_epoch(epoch);
@@ -69,12 +103,19 @@ TrainBenchmarkResult run_train_benchmark(Session& s) {
     }
     const auto td = ThroughputMeter::Clock::now();
     const double lr = s.sched.at(s.global_step);
-    s.run_step(b, lr, 0, /*metrics=*/false);
-    ++s.global_step;
     const bool boundary =
         (i + 1) % cfg.print_interval == 0 || i + 1 == warm + steps || i + 1 == warm;
-    if (boundary) s.backend->synchronize();
-    meter.step(b.size, seconds_between(tw, td), seconds_between(td, ThroughputMeter::Clock::now()));
+    {
+      // --profile: the measured steps' ops (the step without its data wait) into `prof`.
+      std::optional<OpProfiler::Activation> on;
+      if (cfg.profile && i >= warm) on.emplace(prof);
+      s.run_step(b, lr, 0, /*metrics=*/false);
+      if (boundary) s.backend->synchronize();
+    }
+    ++s.global_step;
+    const double compute = seconds_between(td, ThroughputMeter::Clock::now());
+    if (cfg.profile && i >= warm) prof.add_step(compute);
+    meter.step(b.size, seconds_between(tw, td), compute);
     if (boundary) {
       last_loss = s.read_losses(1)[0];
       s.check_amp_skips(s.global_step);
@@ -117,7 +158,20 @@ TrainBenchmarkResult run_train_benchmark(Session& s) {
               static_cast<double>(mem) / (1 << 30));
   }
   s.set_loss_scale_fields(rec);
+  const double share =
+      set_roofline_fields(rec, gflops_per_image, job_ips, peaks ? &*peaks : nullptr,
+                          precision_name(s.precision), s.device.name);
+  const PeakRecord* peak =
+      peaks ? peaks->best(peak_precision(precision_name(s.precision)), s.device.name) : nullptr;
+  s.log.out("benchmark: {:.3f} GFLOP per image (3 x forward), {:.1f} GFLOP/s achieved{}\n",
+            gflops_per_image, job_ips * gflops_per_image,
+            peak ? fmt::format(", {:.1f}% of the measured {} peak ({:.1f} GFLOP/s, {})",
+                               100 * share, peak_precision(precision_name(s.precision)),
+                               peak->gflops, peak->op)
+                 : std::string());
+  if (cfg.profile) rec.set("profiled", true);
   s.report.write(rec);
+  if (cfg.profile && meter.measured_steps() > 0) report_profile(s, prof);
 
   TrainBenchmarkResult r;
   r.ips = job_ips;
@@ -134,6 +188,11 @@ TrainBenchmarkResult run_train_benchmark(Session& s) {
   r.communicator = s.comm().name();
   r.last_loss = last_loss;
   r.environment = s.backend->environment();
+  r.gflops_per_image = gflops_per_image;
+  if (peak) {
+    r.peak_gflops = peak->gflops;
+    r.peak_op = peak->op;
+  }
   for (auto& kv : communicator_libraries()) r.environment.push_back(kv);
   return r;
 }
