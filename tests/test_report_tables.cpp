@@ -217,6 +217,126 @@ TEST(ReportLoad, InferenceBenchmarkLines) {
   EXPECT_EQ(t.rows[1][2], "int8");
 }
 
+PeakRecord peak(const std::string& hw, const std::string& prec, const std::string& op,
+                double g) {
+  PeakRecord p;
+  p.hardware = hw;
+  p.device = "cpu";
+  p.precision = prec;
+  p.op = op;
+  p.gflops = g;
+  return p;
+}
+
+// GFLOP/s = median x GFLOP per image; the share is of the record's own peak, else of a peak
+// among the inputs of the same precision and hardware ("cpu" alone: only when the peaks are of
+// one machine); none: "-".
+TEST(ReportTables, RooflineColumns) {
+  ThroughputPoint own = pt("fp32", 32, 1, {10});
+  own.hardware = "EPYC";
+  own.gflops_per_image = 12;
+  own.peak_gflops = 240;  // recorded with --peak-file: wins over the inputs' peaks
+  ThroughputPoint bf = pt("amp_bf16", 32, 1, {20});
+  bf.hardware = "EPYC";
+  bf.gflops_per_image = 12;
+  ThroughputPoint bare = pt("amp_bf16", 64, 1, {20});
+  bare.hardware = "cpu";  // a benchmark line names only its device
+  bare.gflops_per_image = 12;
+  ThroughputPoint old = pt("fp32", 64, 1, {10});  // written before the roofline: no GFLOP
+  old.hardware = "EPYC";
+  PeakTable peaks;
+  peaks.add(peak("EPYC", "fp32", "matmul", 100));
+  peaks.add(peak("EPYC", "bf16", "matmul", 300));
+  peaks.add(peak("EPYC", "bf16", "conv3x3", 480));
+  const ReportTable t = throughput_table({own, bf, bare, old}, peaks);
+  auto row = [&](const std::string& prec, int batch) {
+    const auto* r = find_row(t, {{"precision", prec}, {"batch/device", batch}});
+    EXPECT_NE(r, nullptr) << prec << " " << batch;
+    return *r;
+  };
+  EXPECT_DOUBLE_EQ(at(t, row("fp32", 32), "GFLOP/s"), 120);
+  EXPECT_DOUBLE_EQ(at(t, row("fp32", 32), "% of peak"), 50);
+  EXPECT_DOUBLE_EQ(at(t, row("amp_bf16", 32), "GFLOP/s"), 240);
+  EXPECT_DOUBLE_EQ(at(t, row("amp_bf16", 32), "% of peak"), 50) << "bf16's best op: the conv";
+  EXPECT_DOUBLE_EQ(at(t, row("amp_bf16", 64), "% of peak"), 50) << "one machine's peaks";
+  EXPECT_TRUE(std::isnan(at(t, row("fp32", 64), "GFLOP/s")));
+  EXPECT_TRUE(std::isnan(at(t, row("fp32", 64), "% of peak")));
+  // Peaks of two machines: a result that names no CPU model matches neither.
+  peaks.add(peak("Xeon", "bf16", "matmul", 900));
+  const ReportTable t2 = throughput_table({bare, bf}, peaks);
+  const auto* r = find_row(t2, {{"batch/device", 64}});
+  ASSERT_NE(r, nullptr);
+  EXPECT_TRUE(std::isnan(at(t2, *r, "% of peak")));
+  EXPECT_DOUBLE_EQ(at(t2, *find_row(t2, {{"batch/device", 32}}), "% of peak"), 50);
+
+  LatencyRow l;
+  l.arch = "resnet50";
+  l.precision = "int8";
+  l.device = "cpu";
+  l.batch_size = 1;
+  l.ips = 50;
+  l.gflops_per_image = 8;
+  PeakTable one;
+  one.add(peak("EPYC", "int8", "conv3x3", 800));
+  const ReportTable lt = latency_table({l}, one);
+  EXPECT_DOUBLE_EQ(at(lt, lt.rows[0], "GFLOP/s"), 400);
+  EXPECT_DOUBLE_EQ(at(lt, lt.rows[0], "% of peak"), 50);
+  l.device = "cuda:0";  // CPU peaks are not a GPU's
+  EXPECT_TRUE(std::isnan(at(latency_table({l}, one), latency_table({l}, one).rows[0],
+                            "% of peak")));
+  const ReportTable pk = peak_table(one);
+  ASSERT_EQ(pk.rows.size(), 1u);
+  EXPECT_DOUBLE_EQ(at(pk, pk.rows[0], "GFLOP/s"), 800);
+}
+
+TEST(ReportLoad, PeakAndProfileRecords) {
+  const fs::path dir = fs::path(RN50_BINARY_DIR) / "report_test_roofline";
+  fs::remove_all(dir);
+  {
+    ReportWriter w((dir / "r.jsonl").string());
+    ReportRecord p("peak");
+    p.set("op", std::string("conv3x3")).set("precision", std::string("fp32"));
+    p.set("shape", std::string("s")).set("ops_per_call", 1e9).set("calls", 1);
+    p.set("warmup_calls", 0).set("impl", std::string("x")).set("isa", std::string("y"));
+    p.set("threads", 2).set("device", std::string("cpu")).set("hardware", std::string("EPYC"));
+    p.set("onednn", std::string("2.6")).set("gflops", 123.0);
+    w.write(p);
+    ReportRecord s("peak");  // skipped: no peak
+    s.set("op", std::string("matmul")).set("precision", std::string("bf16"));
+    s.set("shape", std::string("s")).set("ops_per_call", 1e9).set("calls", 1);
+    s.set("warmup_calls", 0).set("impl", std::string("")).set("isa", std::string("y"));
+    s.set("threads", 2).set("device", std::string("cpu")).set("hardware", std::string("EPYC"));
+    s.set("onednn", std::string("2.6")).set("skipped", std::string("no bf16"));
+    w.write(s);
+    ReportRecord f("profile");
+    f.set("source", std::string("bench infer")).set("arch", std::string("resnet50"));
+    f.set("precision", std::string("fp32")).set("device", std::string("cpu"));
+    f.set("batch_size", 1).set("crop_size", 224).set("steps", 2).set("step_ms", 10.0);
+    f.set("ops_ms", 9.5);
+    f.set_json("ops", nlohmann::ordered_json::parse(
+                          R"([{"op":"conv fwd","family":"conv","phase":"fwd","calls_per_step":53,)"
+                          R"("ms_per_step":9.5,"share":0.95,"gflops":400}])"));
+    f.set_json("families", nlohmann::ordered_json::parse(
+                               R"([{"family":"conv","ms_per_step":9.5,"share":0.95,"gflops":400}])"));
+    w.write(f);
+  }
+  const ReportInputs in = load_report_inputs({(dir / "r.jsonl").string()});
+  ASSERT_EQ(in.peaks.records().size(), 1u);
+  EXPECT_DOUBLE_EQ(in.peaks.records()[0].gflops, 123);
+  ASSERT_EQ(in.profiles.size(), 1u);
+  const ReportTable t = op_profile_table(in.profiles);
+  ASSERT_EQ(t.rows.size(), 2u);
+  EXPECT_EQ(t.rows[0][5], "conv fwd");
+  EXPECT_DOUBLE_EQ(at(t, t.rows[0], "share %"), 95);
+  EXPECT_DOUBLE_EQ(at(t, t.rows[0], "GFLOP/s"), 400);
+  EXPECT_EQ(t.rows[1][5], "(between ops: host code)");
+  EXPECT_DOUBLE_EQ(at(t, t.rows[1], "ms/step"), 0.5);
+  const auto tables = build_report(in, false);
+  ASSERT_EQ(tables.size(), 2u);
+  EXPECT_EQ(tables[0].name, "peak");
+  EXPECT_EQ(tables[1].name, "profile");
+}
+
 TEST(ReportLoad, ErrorsNameFileAndLine) {
   const fs::path dir = fs::path(RN50_BINARY_DIR) / "report_test_errors";
   fs::create_directories(dir);

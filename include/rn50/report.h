@@ -7,13 +7,19 @@
 //
 // Inputs (any mix, one file per argument): a `rn50 bench train` sweep (train_sweep record), an
 // rn50 --report-file in rn50's JSON-lines format or DLLogger's ("DLLL {...}" lines, as
-// --report-format dllogger writes), and `rn50 bench infer` / `rn50 eval --benchmark` lines.
+// --report-format dllogger writes), `rn50 bench infer` / `rn50 eval --benchmark` lines,
+// `rn50 bench peak` lines (the machine's measured peaks: the throughput and latency tables then
+// give each result's share of the peak of its precision, rn50/roofline.h) and --profile records
+// (the per-op profile table).
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "rn50/roofline.h"
 
 namespace rn50 {
 
@@ -31,6 +37,11 @@ struct ThroughputPoint {
   int devices = 1;          ///< processes (GPUs) of the job
   std::vector<double> ips;  ///< images/s of the whole job, one per run
   double median = 0, min = 0, max = 0;
+  /// GFLOP of one image's training step (the record's gflops_per_image); NaN when the record
+  /// has none (results written before the roofline) or merged points disagree.
+  double gflops_per_image = std::numeric_limits<double>::quiet_NaN();
+  /// The peak the record was set against (peak_gflops), GFLOP/s; NaN when none.
+  double peak_gflops = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// One epoch of a training curve (NaN where the report has no value, e.g. val.* of an epoch
@@ -51,6 +62,22 @@ struct LatencyRow {
   std::string source, arch, precision, device;
   int batch_size = 0;
   double ips = 0, avg_ms = 0, p50_ms = 0, p90_ms = 0, p95_ms = 0, p99_ms = 0;
+  /// As ThroughputPoint's: the forward GFLOP of one image and the recorded peak (NaN: none).
+  double gflops_per_image = std::numeric_limits<double>::quiet_NaN();
+  double peak_gflops = std::numeric_limits<double>::quiet_NaN();
+};
+
+/// A "profile" record (--profile): the per-op times of one benchmark.
+struct ProfileResult {
+  std::string file, source, arch, precision, device;
+  int batch_size = 0;
+  double step_ms = 0, ops_ms = 0;
+  struct Op {
+    std::string op, family, phase;
+    double ms_per_step = 0, share = 0;
+    double gflops = std::numeric_limits<double>::quiet_NaN();  ///< NaN: no FLOPs
+  };
+  std::vector<Op> ops;
 };
 
 /// Everything read from the result files.
@@ -58,6 +85,8 @@ struct ReportInputs {
   std::vector<ThroughputPoint> throughput;
   std::vector<TrainingCurve> curves;
   std::vector<LatencyRow> latency;
+  PeakTable peaks;  ///< measured peaks ("peak" records)
+  std::vector<ProfileResult> profiles;
 };
 
 /// Reads each file: detects its format per line (a JSON object with "type", or a "DLLL " line).
@@ -77,9 +106,14 @@ struct ReportTable {
   std::string note;  ///< printed under the table (md) / as a comment (csv)
 };
 
-/// Throughput table: one row per (hardware, arch, precision, batch), one column per device
-/// count: median images/s and the min-max range of the runs.
-ReportTable throughput_table(const std::vector<ThroughputPoint>& points);
+/// Throughput table: one row per (hardware, arch, precision, batch) and device count: median
+/// images/s and the min-max range of the runs; "GFLOP/s" = median x GFLOP per image, and
+/// "% of peak" = its share of the peak of its precision: the one the record was set against
+/// (--peak-file), else one of `peaks` (rn50 bench peak lines among the inputs) measured on the
+/// same hardware (a benchmark line names only "cpu": then the peaks must be of one machine);
+/// "-" where there is none.
+ReportTable throughput_table(const std::vector<ThroughputPoint>& points,
+                             const PeakTable& peaks = {});
 
 /// Speedup over one device (median(N) / median(1)) and scaling efficiency (speedup / N) per
 /// (hardware, arch, precision, batch) with more than one device count, as DLPerf's tables.
@@ -99,8 +133,16 @@ ReportTable time_to_train_table(const std::vector<ThroughputPoint>& points, int 
 /// Per epoch: loss, top-1, top-5, lr, images/s, val loss/top-1/top-5.
 ReportTable curve_table(const TrainingCurve& curve);
 
-/// Inference throughput and latency avg/p50/p90/p95/p99 per (source, precision, batch).
-ReportTable latency_table(const std::vector<LatencyRow>& rows);
+/// Inference throughput and latency avg/p50/p90/p95/p99 per (source, precision, batch), with
+/// GFLOP/s and "% of peak" as the throughput table's (CPU peaks apply to device "cpu").
+ReportTable latency_table(const std::vector<LatencyRow>& rows, const PeakTable& peaks = {});
+
+/// The measured peaks: op, precision, hardware, GFLOP/s (GOP/s for int8).
+ReportTable peak_table(const PeakTable& peaks);
+
+/// The per-op profiles: per record and op, ms/step, share of the step %, GFLOP/s, and the step
+/// time the ops do not cover as a row "(between ops: host code)".
+ReportTable op_profile_table(const std::vector<ProfileResult>& profiles);
 
 /// The published ResNet-50 v1.5 training rows of NVIDIA DeepLearningExamples' READMEs (PyTorch,
 /// PaddlePaddle, MXNet; DGX A100 80GB and DGX-1 V100), each labelled with its hardware,
@@ -108,7 +150,7 @@ ReportTable latency_table(const std::vector<LatencyRow>& rows);
 ReportTable reference_table();
 
 /// Every table the inputs allow, in the order printed: throughput, scaling, precision speedup,
-/// time to train, the curves, latency, then reference when `with_reference`.
+/// time to train, the curves, latency, peaks, profiles, then reference when `with_reference`.
 std::vector<ReportTable> build_report(const ReportInputs& in, bool with_reference);
 
 /// The tables as Markdown ("md"), CSV ("csv": each table after a "# title" line) or JSON

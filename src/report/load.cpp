@@ -1,5 +1,5 @@
-// rn50 report: reading sweeps, training reports (rn50 or DLLogger lines) and inference
-// benchmark lines into ReportInputs (include/rn50/report.h).
+// rn50 report: reading sweeps, training reports (rn50 or DLLogger lines), inference benchmark
+// lines, measured peaks and per-op profiles into ReportInputs (include/rn50/report.h).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -98,12 +98,16 @@ void add_record(const json& r, const std::string& file, const std::string& where
       in.throughput.push_back(point_from(file, hw, arch, need_as<std::string>(p, "precision", where),
                                          need_as<int>(p, "batch_size", where),
                                          need_as<int>(p, "world_size", where), std::move(ips)));
+      in.throughput.back().gflops_per_image = num(r, "gflops_per_image");
+      in.throughput.back().peak_gflops = num(p, "peak_gflops");
     }
   } else if (type == "benchmark") {
     in.throughput.push_back(point_from(
         file, need_as<std::string>(r, "device", where), need_as<std::string>(r, "arch", where),
         need_as<std::string>(r, "precision", where), need_as<int>(r, "batch_size", where),
         need_as<int>(r, "world_size", where), {need_as<double>(r, "train.ips", where)}));
+    in.throughput.back().gflops_per_image = num(r, "gflops_per_image");
+    in.throughput.back().peak_gflops = num(r, "peak_gflops");
   } else if (type == "epoch") {
     const CurveRow c = curve_row(need_as<int>(r, "epoch", where), r);
     st.epochs[c.epoch] = c;
@@ -120,7 +124,39 @@ void add_record(const json& r, const std::string& file, const std::string& where
     l.p90_ms = num(r, "infer.latency_p90_ms");
     l.p95_ms = num(r, "infer.latency_p95_ms");
     l.p99_ms = num(r, "infer.latency_p99_ms");
+    l.gflops_per_image = num(r, "gflops_per_image");
+    l.peak_gflops = num(r, "peak_gflops");
     in.latency.push_back(l);
+  } else if (type == "peak") {
+    if (!std::isfinite(num(r, "gflops"))) return;  // a skipped measurement
+    PeakRecord p;
+    p.op = need_as<std::string>(r, "op", where);
+    p.precision = need_as<std::string>(r, "precision", where);
+    p.device = need_as<std::string>(r, "device", where);
+    p.hardware = r.value("hardware", std::string());
+    p.gflops = num(r, "gflops");
+    if (p.gflops > 0) in.peaks.add(std::move(p));
+  } else if (type == "profile") {
+    ProfileResult p;
+    p.file = file;
+    p.source = need_as<std::string>(r, "source", where);
+    p.arch = need_as<std::string>(r, "arch", where);
+    p.precision = need_as<std::string>(r, "precision", where);
+    p.device = need_as<std::string>(r, "device", where);
+    p.batch_size = need_as<int>(r, "batch_size", where);
+    p.step_ms = need_as<double>(r, "step_ms", where);
+    p.ops_ms = need_as<double>(r, "ops_ms", where);
+    for (const json& o : need(r, "ops", where)) {
+      ProfileResult::Op op;
+      op.op = need_as<std::string>(o, "op", where);
+      op.family = need_as<std::string>(o, "family", where);
+      op.phase = need_as<std::string>(o, "phase", where);
+      op.ms_per_step = need_as<double>(o, "ms_per_step", where);
+      op.share = need_as<double>(o, "share", where);
+      op.gflops = num(o, "gflops");
+      p.ops.push_back(std::move(op));
+    }
+    in.profiles.push_back(std::move(p));
   }
   // config, step, eval, loader, infer_accuracy: nothing the tables use.
 }
@@ -151,7 +187,11 @@ ReportInputs load_report_inputs(const std::vector<std::string>& files) {
     progress.update("report: reading", done++, static_cast<int64_t>(files.size()), 0, file);
     std::ifstream f(file);
     RN50_CHECK(f.good(), "'{}': cannot open", file);
-    const size_t before = in.throughput.size() + in.curves.size() + in.latency.size();
+    auto count = [&in] {
+      return in.throughput.size() + in.curves.size() + in.latency.size() +
+             in.peaks.records().size() + in.profiles.size();
+    };
+    const size_t before = count();
     FileState st;
     int lineno = 0;
     for (std::string line; std::getline(f, line);) {
@@ -194,9 +234,9 @@ ReportInputs load_report_inputs(const std::vector<std::string>& files) {
       for (auto& [e, row] : st.epochs) c.epochs.push_back(row);
       in.curves.push_back(std::move(c));
     }
-    RN50_CHECK(in.throughput.size() + in.curves.size() + in.latency.size() > before,
-               "'{}': nothing to report (no train_sweep, benchmark, epoch or infer_benchmark "
-               "records)",
+    RN50_CHECK(count() > before,
+               "'{}': nothing to report (no train_sweep, benchmark, epoch, infer_benchmark, "
+               "peak or profile records)",
                file);
   }
   progress.finish();

@@ -38,6 +38,9 @@ std::map<PointKey, std::map<int, ThroughputPoint>> merged(const std::vector<Thro
       continue;
     }
     ThroughputPoint& q = it->second;
+    // Roofline figures survive a merge only where the merged points agree.
+    if (!(q.gflops_per_image == p.gflops_per_image)) q.gflops_per_image = NAN;
+    if (!(q.peak_gflops == p.peak_gflops)) q.peak_gflops = NAN;
     q.ips.insert(q.ips.end(), p.ips.begin(), p.ips.end());
     if (q.source.find(p.source) == std::string::npos) q.source += ", " + p.source;
     const SampleSummary s = summarize(q.ips);
@@ -46,6 +49,30 @@ std::map<PointKey, std::map<int, ThroughputPoint>> merged(const std::vector<Thro
     q.max = s.max;
   }
   return m;
+}
+
+/// The peak a result is set against (GFLOP/s, NaN: none): the one its record holds, else the
+/// best of `peaks` for its precision measured on the CPU named `hardware` ("cpu": a record
+/// that names no model, which takes the peaks only when they are all of one machine).
+double peak_for(double recorded, const PeakTable& peaks, const std::string& precision,
+                const std::string& hardware) {
+  if (std::isfinite(recorded)) return recorded;
+  const std::string want = peak_precision(precision);
+  std::set<std::string> machines;
+  for (const PeakRecord& r : peaks.records()) machines.insert(r.hardware);
+  double best = NAN;
+  for (const PeakRecord& r : peaks.records()) {
+    if (r.precision != want || r.device != "cpu") continue;
+    if (hardware == "cpu" ? machines.size() != 1 : r.hardware != hardware) continue;
+    if (!(r.gflops <= best)) best = r.gflops;
+  }
+  return best;
+}
+
+/// GFLOP/s and % of peak cells for `ips` images/s.
+std::pair<ojson, ojson> roofline_cells(double ips, double gflops_per_image, double peak) {
+  const double achieved = ips * gflops_per_image;
+  return {numv(achieved), numv(100 * achieved / peak)};
 }
 
 std::string cell(const ojson& v, int digits) {
@@ -68,19 +95,26 @@ std::string csv_quote(const std::string& s) {
 
 }  // namespace
 
-ReportTable throughput_table(const std::vector<ThroughputPoint>& points) {
+ReportTable throughput_table(const std::vector<ThroughputPoint>& points,
+                             const PeakTable& peaks) {
   ReportTable t;
   t.name = "throughput";
   t.title = "Training throughput (images/s of the whole job; median of the runs)";
-  t.columns = {"hardware",     "arch", "precision", "batch/device", "devices",
-               "img/s median", "min",  "max",       "runs",         "spread %"};
-  t.digits = {0, 0, 0, 0, 0, 1, 1, 1, 0, 1};
+  t.columns = {"hardware", "arch", "precision", "batch/device", "devices", "img/s median",
+               "min",      "max",  "runs",      "spread %",     "GFLOP/s", "% of peak"};
+  t.digits = {0, 0, 0, 0, 0, 1, 1, 1, 0, 1, 1, 1};
   for (const auto& [cfg, by_dev] : merged(points))
-    for (const auto& [d, p] : by_dev)
+    for (const auto& [d, p] : by_dev) {
+      const auto [gf, share] = roofline_cells(
+          p.median, p.gflops_per_image, peak_for(p.peak_gflops, peaks, p.precision, p.hardware));
       t.rows.push_back({p.hardware, p.arch, p.precision, p.batch_size, d, numv(p.median),
                         numv(p.min), numv(p.max), static_cast<int>(p.ips.size()),
-                        numv(p.median > 0 ? 100 * (p.max - p.min) / p.median : NAN)});
-  t.note = "spread = (max - min) / median of the runs; warmup steps excluded from every run.";
+                        numv(p.median > 0 ? 100 * (p.max - p.min) / p.median : NAN), gf, share});
+    }
+  t.note = "spread = (max - min) / median of the runs; warmup steps excluded from every run. "
+           "GFLOP/s = median x GFLOP per image (training: 3 x the forward's conv and fc "
+           "multiply-adds x 2); % of peak: of the measured peak of the precision (rn50 bench "
+           "peak), '-' where none was measured.";
   return t;
 }
 
@@ -172,17 +206,57 @@ ReportTable curve_table(const TrainingCurve& curve) {
   return t;
 }
 
-ReportTable latency_table(const std::vector<LatencyRow>& rows) {
+ReportTable latency_table(const std::vector<LatencyRow>& rows, const PeakTable& peaks) {
   ReportTable t;
   t.name = "latency";
   t.title = "Inference throughput and latency per batch size";
-  t.columns = {"source", "arch",   "precision", "device", "batch", "img/s",
-               "avg ms", "p50 ms", "p90 ms",    "p95 ms", "p99 ms"};
-  t.digits = {0, 0, 0, 0, 0, 1, 2, 2, 2, 2, 2};
-  for (const LatencyRow& r : rows)
+  t.columns = {"source", "arch",   "precision", "device", "batch",   "img/s",    "avg ms",
+               "p50 ms", "p90 ms", "p95 ms",    "p99 ms", "GFLOP/s", "% of peak"};
+  t.digits = {0, 0, 0, 0, 0, 1, 2, 2, 2, 2, 2, 1, 1};
+  for (const LatencyRow& r : rows) {
+    const double peak = r.device == "cpu" ? peak_for(r.peak_gflops, peaks, r.precision, "cpu")
+                                          : r.peak_gflops;
+    const auto [gf, share] = roofline_cells(r.ips, r.gflops_per_image, peak);
     t.rows.push_back({r.source, r.arch, r.precision, r.device, r.batch_size, numv(r.ips),
                       numv(r.avg_ms), numv(r.p50_ms), numv(r.p90_ms), numv(r.p95_ms),
-                      numv(r.p99_ms)});
+                      numv(r.p99_ms), gf, share});
+  }
+  t.note = "GFLOP/s = img/s x the forward's GFLOP per image; % of peak: of the measured peak of "
+           "the precision (rn50 bench peak; int8 in GOP/s), '-' where none was measured.";
+  return t;
+}
+
+ReportTable peak_table(const PeakTable& peaks) {
+  ReportTable t;
+  t.name = "peak";
+  t.title = "Measured peak (oneDNN's own large matmul and 3x3 convolution, all cores)";
+  t.columns = {"hardware", "device", "precision", "op", "GFLOP/s"};
+  t.digits = {0, 0, 0, 0, 1};
+  for (const PeakRecord& r : peaks.records())
+    t.rows.push_back({r.hardware, r.device, r.precision, r.op, numv(r.gflops)});
+  t.note = "int8: GOP/s (u8 x s8 -> s32). A precision's peak is the better of its ops.";
+  return t;
+}
+
+ReportTable op_profile_table(const std::vector<ProfileResult>& profiles) {
+  ReportTable t;
+  t.name = "profile";
+  t.title = "Per-op profile (--profile): exclusive time per step";
+  t.columns = {"source", "arch",  "precision", "device",  "batch", "op",
+               "family", "phase", "ms/step",   "share %", "GFLOP/s"};
+  t.digits = {0, 0, 0, 0, 0, 0, 0, 0, 3, 1, 1};
+  for (const ProfileResult& p : profiles) {
+    const std::string src = fmt::format("{} ({})", p.source, p.file);
+    for (const ProfileResult::Op& o : p.ops)
+      t.rows.push_back({src, p.arch, p.precision, p.device, p.batch_size, o.op, o.family, o.phase,
+                        numv(o.ms_per_step), numv(100 * o.share), numv(o.gflops)});
+    const double rest = p.step_ms - p.ops_ms;
+    t.rows.push_back({src, p.arch, p.precision, p.device, p.batch_size,
+                      "(between ops: host code)", "-", "-", numv(rest),
+                      numv(p.step_ms > 0 ? 100 * rest / p.step_ms : NAN), ojson(nullptr)});
+  }
+  t.note = "share = of the mean profiled step (training: without the data wait); reorders and "
+           "copies are ops of their own.";
   return t;
 }
 
@@ -192,13 +266,15 @@ std::vector<ReportTable> build_report(const ReportInputs& in, bool with_referenc
     if (!t.rows.empty()) v.push_back(std::move(t));
   };
   if (!in.throughput.empty()) {
-    add(throughput_table(in.throughput));
+    add(throughput_table(in.throughput, in.peaks));
     add(scaling_table(in.throughput));
     add(precision_speedup_table(in.throughput));
     add(time_to_train_table(in.throughput));
   }
   for (const TrainingCurve& c : in.curves) add(curve_table(c));
-  if (!in.latency.empty()) add(latency_table(in.latency));
+  if (!in.latency.empty()) add(latency_table(in.latency, in.peaks));
+  if (!in.peaks.empty()) add(peak_table(in.peaks));
+  if (!in.profiles.empty()) add(op_profile_table(in.profiles));
   if (with_reference) add(reference_table());
   return v;
 }
@@ -237,7 +313,8 @@ std::string render_report(const std::vector<ReportTable>& tables, const std::str
       out += "\n";
       for (const auto& r : t.rows) {
         out += "|";
-        for (size_t i = 0; i < r.size(); ++i) out += " " + cell(r[i], t.digits[i]) + " |";
+        for (size_t i = 0; i < r.size(); ++i)
+          out += fmt::format(" {} |", cell(r[i], t.digits[i]));
         out += "\n";
       }
       if (!t.note.empty()) out += "\n" + t.note + "\n";
@@ -253,7 +330,8 @@ std::string render_report(const std::vector<ReportTable>& tables, const std::str
                                 : r[i].is_string()         ? r[i].get<std::string>()
                                 : r[i].is_number_integer() ? std::to_string(r[i].get<int64_t>())
                                                            : fmt::format("{}", r[i].get<double>());
-          out += (i ? "," : "") + csv_quote(c);
+          if (i) out += ',';
+          out += csv_quote(c);
         }
         out += "\n";
       }
