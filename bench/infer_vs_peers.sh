@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
-# Inference throughput and latency, rn50's CPU engine vs PyTorch and OpenCV DNN, in the same run
-# on the same machine (issue 13's table).
+# Inference throughput and latency, rn50's CPU engine vs ONNX Runtime, PyTorch and OpenCV DNN, in
+# the same run on the same machine (issue 13's table; ONNX Runtime: issue 33).
 #   bench/infer_vs_peers.sh [BATCH_SIZES] [CROP] [STEPS] [WARMUP]     (defaults 1,32 224 20 3)
-# Environment: DEVICE (cpu; cuda: the GPU engine against torch on the GPU, no OpenCV, no int8;
-# PRECISIONS then default fp16,fp32, tf32 and bf16 also possible),
+# Environment: DEVICE (cpu; cuda: the GPU engine against torch on the GPU, no OpenCV, no ONNX
+# Runtime, no int8; PRECISIONS then default fp16,fp32, tf32 and bf16 also possible),
 # PRECISIONS (default fp32,int8; bf16 also possible), REPEATS (default 3), ARCH
 # (resnet50), DATA (calibration images for int8: ../shared/data/imagenette), BUILD_DIR (build),
-# PEER, PYTHON (/usr/bin/python3: torch, onnx, cv2).
+# PEER, PYTHON (/usr/bin/python3: torch, onnx, cv2), ORT_DIR (where ../shared/peers/ort-setup.sh
+# installed onnxruntime-node: /tmp/ort-peer; `bash ../shared/peers/ort-setup.sh DIR` installs it,
+# about 300 MB), ORT_JS (../shared/peers/ort_infer.js), THREADS (ONNX Runtime's intra-op
+# threads: the cores, nproc).
 # First it makes one model: Kaiming weights and BatchNorm statistics of one synthetic step at lr 0
 # and 64 px (timing needs weights, not accuracy), written with --inference-dir (model.json/.safetensors and
-# model.onnx) and exported again with --precision int8 calibrated on 64 images of DATA/train.
+# model.onnx), exported again as an fp32 ONNX at CROP (ONNX Runtime checks the input's declared
+# size) and with --precision int8 calibrated on 64 images of DATA/train (model.json for rn50 and
+# a QDQ model.onnx for ONNX Runtime).
 # Then for each batch size, REPEATS times in turn, every engine: rn50 (bench infer --model) at
-# each precision; torch eager (channels_last) and frozen TorchScript (--jit) at fp32/bf16; torch's
-# own INT8 (FX post-training quantization, onednn engine) for int8; OpenCV DNN on model.onnx
-# (fp32). Prints the median images/s and p99 latency of each, and rn50's ratios.
+# each precision; ONNX Runtime (onnxruntime-node, CPU, all graph optimisations) on rn50's fp32
+# and QDQ int8 ONNX; torch eager (channels_last) and frozen TorchScript (--jit) at fp32/bf16;
+# torch's own INT8 (FX post-training quantization, onednn engine) for int8; OpenCV DNN on
+# model.onnx (fp32). Prints the median images/s and p99 latency of each, and rn50's ratios.
+# ort_infer.js times 224 x 224 inputs only: at another CROP ONNX Runtime is left out (said so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BS=${1:-1,32}; C=${2:-224}; S=${3:-20}; W=${4:-3}; R=${REPEATS:-3}; A=${ARCH:-resnet50}
@@ -23,6 +30,20 @@ DATA=${DATA:-../shared/data/imagenette}
 RN50=${BUILD_DIR:-build}/rn50
 PEER=${PEER:-../shared/peers/torch_reference.py}
 PY=${PYTHON:-/usr/bin/python3}
+ORT_DIR=${ORT_DIR:-/tmp/ort-peer}
+ORT_JS=${ORT_JS:-../shared/peers/ort_infer.js}
+THREADS=${THREADS:-$(nproc)}
+# ONNX Runtime runs where it is installed, on the CPU, at the 224 px ort_infer.js feeds.
+ORT=0
+if [ "$DEV" != cpu ]; then
+  echo "onnxruntime: left out (DEVICE=$DEV: the peer is ONNX Runtime's CPU library)"
+elif [ "$C" != 224 ]; then
+  echo "onnxruntime: left out (CROP $C: $ORT_JS feeds 224 x 224 inputs only)"
+elif [ ! -d "$ORT_DIR/node_modules/onnxruntime-node" ] || [ ! -f "$ORT_JS" ]; then
+  echo "onnxruntime: left out (not installed: bash ../shared/peers/ort-setup.sh $ORT_DIR)"
+else
+  ORT=1
+fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$RN50" train --data synthetic --synthetic-samples 4 --batch-size 4 --epochs 1 --warmup-epochs 0 \
@@ -30,6 +51,18 @@ trap 'rm -rf "$out"' EXIT
 [[ ",$PRECS," == *",int8,"* ]] && "$RN50" export --from-checkpoint "$out/ck/$A" --output "$out/m8" \
   --precision int8 --image-root "$DATA" --calib-images 64 --crop-size "$C" \
   --resize-short $((C * 256 / 224)) > "$out/export.log"
+if [ "$ORT" = 1 ]; then
+  "$RN50" export --from-checkpoint "$out/ck/$A" --output "$out/mo" --format onnx --crop-size "$C" \
+    --resize-short $((C * 256 / 224)) > "$out/export_onnx.log"
+fi
+# ort_run MODEL BATCH FILE: ONNX Runtime's line ("ort batch B img/s X avg_ms A p50 M p90 N p99
+# P") into FILE as the JSON the summary reads; FILE empty (a 'failed' row, the error shown) when
+# it did not run.
+ort_run() {
+  NODE_PATH="$ORT_DIR/node_modules" node "$ORT_JS" "$1" "$2" "$S" "$W" "$THREADS" 2>"$out/ort_err.log" |
+    awk '/^ort batch/ {printf "{\"ips\": %s, \"latency_ms_avg\": %s, \"latency_ms_p99\": %s}\n", $5, $7, $13}' > "$3" || true
+  [ -s "$3" ] || { echo "onnxruntime failed on $1 (batch $2):"; tail -5 "$out/ort_err.log"; }
+}
 for b in ${BS//,/ }; do
   for i in $(seq "$R"); do
     for p in ${PRECS//,/ }; do
@@ -50,12 +83,20 @@ for b in ${BS//,/ }; do
     if [ "$DEV" = cpu ]; then
       "$PY" bench/opencv_dnn_infer.py "$out/m/model.onnx" "$b" "$C" "$S" "$W" > "$out/cv_${b}_$i.json"
     fi
+    if [ "$ORT" = 1 ]; then
+      for p in ${PRECS//,/ }; do
+        case $p in
+          fp32) ort_run "$out/mo/model.onnx" "$b" "$out/ort_fp32_${b}_$i.json" ;;
+          int8) ort_run "$out/m8/model.onnx" "$b" "$out/ort_int8_${b}_$i.json" ;;
+        esac
+      done
+    fi
   done
 done
-"$PY" - "$out" "$BS" "$R" "$A" "$C" "$PRECS" "$DEV" <<'PY'
+"$PY" - "$out" "$BS" "$R" "$A" "$C" "$PRECS" "$DEV" "$ORT" <<'PY'
 import json, os, statistics, sys
 out, bs, r, arch, crop, precs = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6].split(",")
-dev = sys.argv[7]
+dev, ort = sys.argv[7], sys.argv[8] == "1"
 def load(name, b):
     rows = []
     for i in range(1, r + 1):
@@ -79,6 +120,11 @@ for b in bs:
         else:
             rows.append((f"torch eager {p} (chl last)", load(f"eager_{p}", b), p))
             rows.append((f"torch jit {p} (frozen)", load(f"jit_{p}", b), p))
+    if ort:
+        for p in precs:
+            if p in ("fp32", "int8"):
+                rows.append((f"onnxruntime {p} ({'QDQ ' if p == 'int8' else ''}onnx)",
+                             load(f"ort_{p}", b), p))
     if dev == "cpu":
         rows.append(("opencv dnn fp32 (onnx)", load("cv", b), "fp32"))
     own = {p: v for name, v, p in rows if name == f"rn50 {p}"}
