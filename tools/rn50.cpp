@@ -198,7 +198,8 @@ const char* description(Command c) {
     case rn50::kReport:
       return "tables from result files: throughput (median, spread), speedup over one device "
              "and scaling efficiency, precision speedup, time to train 90 ImageNet epochs, "
-             "training curves, inference latency; plots with --plot";
+             "training curves, inference latency, GFLOP/s and % of the measured peak (bench "
+             "peak lines), per-op profiles (--profile records); plots with --plot";
   }
   return "";
 }
