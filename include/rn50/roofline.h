@@ -10,7 +10,9 @@
 // precision: training fp32 -> fp32, amp_bf16 -> bf16; inference fp32, bf16, int8 -> the same.
 // The peak of a precision is the better of the matmul and the convolution (the record says
 // which). No peak measured for a precision, or a benchmark on another device than the CPU the
-// peaks were measured on: no share (never an invented one).
+// peaks were measured on: no share (never an invented one). A multi-process job's achieved
+// GFLOP/s is the whole job's (its images/s), set against one machine's peak: right for the
+// processes of one node sharing its cores; across nodes, divide by the nodes.
 #pragma once
 
 #include <iosfwd>
