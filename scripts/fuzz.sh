@@ -7,7 +7,8 @@
 # beside it.
 #   scripts/fuzz.sh [SECONDS] [HARNESS...]     e.g. scripts/fuzz.sh 60 fuzz_tar fuzz_safetensors
 # Environment: RN50_FUZZ_BUILD (build folder), RN50_FUZZ_JOBS (build jobs, default 2),
-# RN50_FUZZ_NO_BUILD=1 (run the harnesses as built),
+# RN50_FUZZ_NO_BUILD=1 (run the harnesses as built), RN50_FUZZ_PARALLEL (harnesses at once,
+# default one per core),
 # CC / CXX (default clang-14 / clang++-14). Needs clang-14 and libclang-rt-14-dev.
 set -euo pipefail
 
@@ -47,30 +48,46 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/rn50-fuzz.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-found=0
-printf '%-24s %12s %8s %8s  %s\n' harness executions seeds corpus result
-for h in "${HARNESSES[@]}"; do
-  name=${h#fuzz_}
-  seeds="$ROOT/fuzz/corpus/$name"
-  art="$BUILD/fuzz-artifacts/$name"
+# One harness: runs it and writes its table row to $WORK/row.<name> (status in $WORK/rc.<name>).
+run_one() {
+  local h=$1 name=${1#fuzz_}
+  local seeds="$ROOT/fuzz/corpus/$name" art="$BUILD/fuzz-artifacts/$name"
   rm -rf "$art" && mkdir -p "$art" "$WORK/$name"
   [ -d "$seeds" ] && cp -r "$seeds/." "$WORK/$name/"
-  args=(-max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048
-        -print_final_stats=1 -artifact_prefix="$art/")
-  d=$(dict_of "$h")
+  local args=(-max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048
+              -print_final_stats=1 -artifact_prefix="$art/")
+  local d; d=$(dict_of "$h")
   [ -n "$d" ] && args+=(-dict="$d")
-  rc=0
+  local rc=0
   "$BUILD/fuzz/$h" "${args[@]}" "$WORK/$name" > "$art/log.txt" 2>&1 || rc=$?
+  local execs nseeds ncorpus crashes result
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$art/log.txt" | grep -o '[0-9]*$' || true)
   nseeds=$( [ -d "$seeds" ] && find "$seeds" -type f | wc -l || echo 0)
   ncorpus=$(find "$WORK/$name" -type f | wc -l)
   crashes=$(find "$art" -type f ! -name log.txt | sort)
   if [ "$rc" -ne 0 ] || [ -n "$crashes" ]; then
-    found=1
     result="FOUND (exit $rc): ${crashes:-see $art/log.txt}"
+    echo 1 > "$WORK/rc.$name"
   else
     result=ok
+    echo 0 > "$WORK/rc.$name"
   fi
-  printf '%-24s %12s %8s %8s  %s\n' "$h" "${execs:-?}" "$nseeds" "$ncorpus" "$result"
+  printf '%-24s %12s %8s %8s  %s\n' "$h" "${execs:-?}" "$nseeds" "$ncorpus" "$result" \
+    > "$WORK/row.$name"
+}
+
+# Harnesses run RN50_FUZZ_PARALLEL at a time (default: one per core); each is single-threaded.
+PAR=${RN50_FUZZ_PARALLEL:-$(nproc)}
+for h in "${HARNESSES[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$PAR" ]; do wait -n || true; done
+  run_one "$h" &
+done
+wait
+found=0
+printf '%-24s %12s %8s %8s  %s\n' harness executions seeds corpus result
+for h in "${HARNESSES[@]}"; do
+  name=${h#fuzz_}
+  cat "$WORK/row.$name" 2>/dev/null || { echo "$h: no result"; found=1; continue; }
+  [ "$(cat "$WORK/rc.$name")" = 0 ] || found=1
 done
 exit $found

@@ -19,6 +19,11 @@
 # Serving: rn50 serve is built on cpp-httplib (libcpp-httplib-dev). Its tests check /metrics
 # with promtool (the prometheus package ships it) and drive the web page in headless Chromium
 # (chromium, chromium-driver, python3-selenium); bench/serve_load.sh loads it with hey.
+#
+# Reliability (CI): the fuzz harnesses (scripts/fuzz.sh) are libFuzzer programs, which only clang
+# builds: clang-14 with its runtimes (libclang-rt-14-dev: libFuzzer, ASan, UBSan) and its OpenMP
+# (libomp-14-dev; the components the harnesses link use OpenMP). The sanitized test suite
+# (scripts/sanitize.sh) is built with g++ and needs nothing more.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config
       libdnnl-dev ocl-icd-opencl-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
@@ -26,7 +31,8 @@ pkgs=(cmake ninja-build g++ pkg-config
       libopenmpi-dev openmpi-bin libonnx-dev libprotobuf-dev
       python3-torch python3-torchvision python3-numpy python3-pil python3-onnx python3-opencv
       python3-matplotlib
-      libcpp-httplib-dev prometheus hey chromium chromium-driver python3-selenium)
+      libcpp-httplib-dev prometheus hey chromium chromium-driver python3-selenium
+      clang-14 libclang-rt-14-dev libomp-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
