@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <set>
+#include <stdexcept>
 
 #include "core/check.h"
 #include "data/decode.h"
@@ -192,21 +193,36 @@ Tensor request_images(const RequestInput& in, const ServedModel& m, DecodePool& 
     }
     return normalised(u8, m, host);
   }
+  // An element's failure comes back as a value (status, message), and the request thread throws
+  // its own HttpError: no exception object crosses threads, so none is destroyed on a pool
+  // thread while the request thread may still read it (scripts/tsan.sh reported that pattern,
+  // whose ordering lives in libstdc++'s uninstrumented exception_ptr count).
+  struct Failure {
+    int status = 0;  ///< 0: decoded; 400: a bad element; 500: anything else
+    std::string message;
+  };
+  std::vector<Failure> failed(static_cast<size_t>(n));
   std::vector<std::future<void>> done;
   for (int64_t i = 0; i < n; ++i)
     done.push_back(pool.submit([&, i] {
-      decode_crop(in.bytes[static_cast<size_t>(i)], m,
-                  fmt::format("input '{}' element {}", in.name, i), dst + i * per);
+      Failure& f = failed[static_cast<size_t>(i)];
+      try {
+        decode_crop(in.bytes[static_cast<size_t>(i)], m,
+                    fmt::format("input '{}' element {}", in.name, i), dst + i * per);
+      } catch (const HttpError& e) {
+        f = {e.status(), e.what()};
+      } catch (const std::exception& e) {
+        f = {500, e.what()};
+      } catch (...) {
+        f = {500, "unknown error while decoding"};
+      }
     }));
-  std::exception_ptr first;
-  for (std::future<void>& f : done) {
-    try {
-      f.get();
-    } catch (...) {
-      if (!first) first = std::current_exception();
-    }
+  for (std::future<void>& f : done) f.get();
+  for (const Failure& f : failed) {
+    if (f.status == 0) continue;
+    if (f.status == 500) throw std::runtime_error(f.message);  // answered 500, as before
+    throw HttpError(f.status, f.message);
   }
-  if (first) std::rethrow_exception(first);
   return normalised(u8, m, host);
 }
 
