@@ -28,7 +28,10 @@ if [ ! -f "$BUILD/build.ninja" ]; then
 fi
 # The server's harness exists when cpp-httplib was found (rn50 serve is built).
 [ -n "${RN50_FUZZ_NO_BUILD:-}" ] || ninja -C "$BUILD" build.ninja > /dev/null
-if ninja -C "$BUILD" -t targets all 2>/dev/null | grep -q '^fuzz_serve_protocol:'; then
+# (The target list is read whole first: `ninja | grep -q` under pipefail fails when grep stops
+# reading early and ninja gets SIGPIPE, which dropped this harness at random.)
+targets=$(ninja -C "$BUILD" -t targets all 2>/dev/null || true)
+if grep -q '^fuzz_serve_protocol:' <<< "$targets"; then
   ALL+=(fuzz_serve_protocol)
 fi
 if [ $# -gt 0 ]; then HARNESSES=("$@"); else HARNESSES=("${ALL[@]}"); fi
