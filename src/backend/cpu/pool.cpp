@@ -5,6 +5,7 @@
 // windows overlap. This avoids keeping oneDNN's forward workspace between calls.
 // f32, or bf16 under CPU AMP (the backward loop then sums in float and rounds once).
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "backend/cpu/onednn_backend.h"
@@ -74,8 +75,10 @@ void maxpool_bwd_loop(const Pool2dParams& p, const Tensor& x, const Tensor& dy, 
     const int64_t n = chan_inner ? t / NCB : t / C;
     const int64_t c0 = chan_inner ? (t % NCB) * CB : t % C;
     const int64_t cn = chan_inner ? std::min(CB, C - c0) : 1;
+    // Window argmax per channel as a flat index ih * W + iw (int32: H * W < 2^31 is checked
+    // by the caller), updated without branches so that the channel loop vectorises.
     float best[CB];
-    int64_t arg[CB];
+    int32_t arg[CB];
     for (int64_t oh = 0; oh < OH; ++oh) {
       const int64_t h0 = std::max<int64_t>(oh * S - P, 0);
       const int64_t h1 = std::min<int64_t>(oh * S - P + K, H);
@@ -84,17 +87,17 @@ void maxpool_bwd_loop(const Pool2dParams& p, const Tensor& x, const Tensor& dy, 
         const int64_t w1 = std::min<int64_t>(ow * S - P + K, W);
         for (int64_t c = 0; c < cn; ++c) {
           best[c] = -std::numeric_limits<float>::infinity();
-          arg[c] = h0 * W + w0;
+          arg[c] = static_cast<int32_t>(h0 * W + w0);
         }
         for (int64_t ih = h0; ih < h1; ++ih) {
           for (int64_t iw = w0; iw < w1; ++iw) {
             const int64_t base = n * xs.n + ih * xs.h + iw * xs.w + c0 * xs.c;
+            const auto idx = static_cast<int32_t>(ih * W + iw);
             for (int64_t c = 0; c < cn; ++c) {
               const float v = widen(xp[base + c * xs.c]);
-              if (v > best[c] || std::isnan(v)) {
-                best[c] = v;
-                arg[c] = ih * W + iw;
-              }
+              const bool take = v > best[c] || v != v;  // strict '>', NaN takes over
+              best[c] = take ? v : best[c];
+              arg[c] = take ? idx : arg[c];
             }
           }
         }
@@ -135,6 +138,8 @@ void OnednnBackend::maxpool2d_bwd(const Pool2dParams& p, const Tensor& x, const 
   check_tensor(op, "dx", dx, x.dtype());
   check_same_shape(op, x, "x", dx, "dx");
   check_tensor(op, "dy", dy, x.dtype());
+  RN50_CHECK(x.h() * x.w() <= std::numeric_limits<int32_t>::max(),
+             "onednn {}: a {}x{} plane is too large for the window index", op, x.h(), x.w());
   if (x.dtype() == DType::f32) {
     zero(dx);
     maxpool_bwd_loop<float>(p, x, dy, dx, dx.data_as<float>());
