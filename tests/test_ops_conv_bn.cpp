@@ -2,7 +2,8 @@
 // backward data and backward weights over ResNet-50 shapes (1x1, 3x3 stride 1 and 2, the 7x7
 // stride-2 stem with 3 input channels, odd sizes and channel counts) with the weights in both
 // layouts; batchnorm training forward (y, saved and running statistics), inference forward and
-// backward, each with and without the fused ReLU. Every backend but "ref" against "ref".
+// backward, each with and without the fused ReLU, and the backward after the backend's own
+// forward (where it may reuse the forward's ReLU mask). Every backend but "ref" against "ref".
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -168,6 +169,44 @@ TEST_P(OpsBackend, BatchNormBwd) {
       check("batchnorm_bwd dx", dx, dxr, tol(kBnBwd));
       check("batchnorm_bwd dgamma", dg, dgr, tol(kBnBwd));
       check("batchnorm_bwd dbeta", db, dbr, tol(kBnBwd));
+    }
+}
+
+// The backend's own training forward, then its backward on the forward's y and statistics, three
+// times: the first backward may use state the forward kept (the oneDNN backend's ReLU mask), the
+// second runs after that state is used up, the third gets a copy of y in another buffer. Each
+// must match the reference backward on the same values.
+TEST_P(OpsBackend, BatchNormFwdThenBwd) {
+  REQUIRE_OP(Op::batchnorm);
+  for (const BnShape& s : kBnShapes)
+    for (bool relu : {false, true}) {
+      SCOPED_TRACE(bn_name(s, relu));
+      BatchNormParams p;
+      p.relu = relu;
+      Tensor x = rand({s.N, s.C, s.H, s.W}, -0.5, 1.5), g = rand({s.C}, 0.5, 1.5);
+      Tensor b = rand({s.C}, -0.5, 0.5), dy = rand(x.shape());
+      Tensor xd = up(x, dt(), lay()), gd = up(g, F32, NCHW), bd = up(b, F32, NCHW);
+      Tensor rm = up(rand({s.C}, -0.2, 0.2), F32, NCHW);
+      Tensor rv = up(rand({s.C}, 0.5, 2), F32, NCHW);
+      Tensor y = out(x.shape(), dt(), lay()), sm = out({s.C}, F32), sv = out({s.C}, F32);
+      be().batchnorm_fwd_train(p, xd, gd, bd, rm, rv, y, sm, sv);
+      // The reference on exactly the values the backend holds.
+      const Tensor yh = test::download(be(), y), smh = test::download(be(), sm);
+      const Tensor svh = test::download(be(), sv);
+      Tensor dxr = rout(x.shape()), dgr = rout({s.C}), dbr = rout({s.C});
+      ref().batchnorm_bwd(p, rin(x, dt(), lay()), convert(yh, F64, lay()),
+                          rin(dy, dt(), lay()), rin(g, F32, NCHW), convert(smh, F64, NCHW),
+                          convert(svh, F64, NCHW), dxr, dgr, dbr);
+      const Tensor dyd = up(dy, dt(), lay()), y_copy = up(yh, dt(), lay());
+      const char* runs[] = {"first backward", "second backward", "backward on a copy of y"};
+      for (int r = 0; r < 3; ++r) {
+        SCOPED_TRACE(runs[r]);
+        Tensor dx = out(x.shape(), dt(), lay()), dg = out({s.C}, F32), db = out({s.C}, F32);
+        be().batchnorm_bwd(p, xd, r < 2 ? y : y_copy, dyd, gd, sm, sv, dx, dg, db);
+        check("batchnorm_bwd dx", dx, dxr, tol(kBnBwd));
+        check("batchnorm_bwd dgamma", dg, dgr, tol(kBnBwd));
+        check("batchnorm_bwd dbeta", db, dbr, tol(kBnBwd));
+      }
     }
 }
 

@@ -1,16 +1,21 @@
 // rn50: oneDNN batch normalisation (torch.nn.BatchNorm2d semantics, see BatchNormParams).
 //  * Training forward: batch_normalization_forward (forward_training, use_scale | use_shift, and
-//    fuse_norm_relu when p.relu; its workspace goes to a throw-away scratch buffer because the
-//    backward recomputes the ReLU mask from y). oneDNN writes the batch mean and the BIASED batch
-//    variance into save_mean / save_var; the running statistics are then updated here with the
-//    momentum and torch's unbiased factor M / (M - 1), M = N*H*W.
+//    fuse_norm_relu when p.relu). oneDNN writes the batch mean and the BIASED batch variance into
+//    save_mean / save_var; the running statistics are then updated here with the momentum and
+//    torch's unbiased factor M / (M - 1), M = N*H*W. With p.relu the primitive's workspace (the
+//    ReLU mask, 1 bit per element: 0.8 MB for 32x64x56x56) is kept per layer, found by the
+//    layer's save_mean buffer (OnednnBackend::layer_state), for that layer's backward.
 //  * Inference forward: use_global_stats with the running statistics.
-//  * Backward: with p.relu, dy is first masked by y > 0 into dx (eltwise relu backward using the
-//    forward output, i.e. relu_bwd), then batch_normalization_backward (prop_kind::backward) runs
-//    in place on dx, writing dx, dgamma, dbeta.
+//  * Backward with p.relu: when the layer's last training forward left its mask for this same y
+//    buffer and shape (and x, y, dy, dx share one layout), batch_normalization_backward runs with
+//    fuse_norm_relu and reads the mask: dy is masked inside the primitive, no extra pass over
+//    memory. The mask serves one backward; otherwise (a second backward, a y from elsewhere)
+//    dy is first masked by y > 0 into dx (eltwise relu backward on the forward output) and the
+//    plain backward runs in place on dx. Both give dx, dgamma, dbeta of BN followed by ReLU.
 // x, y, dy, dx: f32, or bf16 under CPU AMP (gamma, beta and all statistics stay f32).
 // If y (or dx) has a different layout than x, x (dy) is first reordered into y (dx) and the
 // primitive runs in place there.
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -48,12 +53,38 @@ struct BnEntry : CacheEntry {
   Exec bn;
   size_t ws_bytes = 0;
   /// Backward only: oneDNN 2.6 requires a SHIFT input for backward with use_shift although the
-  /// gradients do not depend on beta (no ReLU is fused there); it gets these zeros.
+  /// gradients do not depend on beta (the fused ReLU reads its mask, not y); it gets these
+  /// zeros.
   std::vector<float> zero_shift;
 };
 
 normalization_flags ss_flags() {
   return normalization_flags::use_scale | normalization_flags::use_shift;
+}
+
+/// A layer's ReLU mask from its last training forward (see the file comment).
+struct ReluMask : CacheEntry {
+  void* ws = nullptr;         ///< oneDNN's workspace bytes (64-byte aligned)
+  size_t bytes = 0;
+  Key fwd_key;                ///< the forward's cache key (y's shape, dtype, layout; eps)
+  const void* y = nullptr;    ///< the forward's output buffer; nullptr once used or never set
+  ~ReluMask() override { std::free(ws); }
+};
+
+/// The mask buffer of the layer owning `save_mean`, at least `bytes` long.
+ReluMask& relu_mask_for(OnednnBackend& be, const Tensor& save_mean, size_t bytes) {
+  ReluMask& m = be.layer_state<ReluMask>(save_mean.data(), [] {
+    return std::make_unique<ReluMask>();
+  });
+  if (m.bytes < bytes) {
+    std::free(m.ws);
+    m.bytes = 0;
+    m.ws = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    RN50_CHECK(m.ws != nullptr, "onednn: out of host memory allocating a {}-byte ReLU mask",
+               bytes);
+    m.bytes = bytes;
+  }
+  return m;
 }
 
 }  // namespace
@@ -104,8 +135,17 @@ void OnednnBackend::batchnorm_fwd_train(const BatchNormParams& p, const Tensor& 
   e.bn.set(DNNL_ARG_SHIFT, beta.data());
   e.bn.set(DNNL_ARG_MEAN, save_mean.data());
   e.bn.set(DNNL_ARG_VARIANCE, save_var.data());
-  if (e.ws_bytes > 0) e.bn.set(DNNL_ARG_WORKSPACE, scratch(kScratchWork, e.ws_bytes));
+  ReluMask* mask = nullptr;
+  if (e.ws_bytes > 0) {
+    mask = &relu_mask_for(*this, save_mean, e.ws_bytes);
+    mask->y = nullptr;  // not valid until the forward has run
+    e.bn.set(DNNL_ARG_WORKSPACE, mask->ws);
+  }
   run(e.bn);
+  if (mask) {
+    mask->fwd_key = k;
+    mask->y = y.data();
+  }
 
   // Running statistics (torch: momentum update, unbiased variance).
   const int64_t C = x.c();
@@ -167,38 +207,70 @@ void OnednnBackend::batchnorm_bwd(const BatchNormParams& p, const Tensor& x, con
             {"dgamma", &dgamma}, {"dbeta", &dbeta}});
   check_tensor(op, "dx", dx, x.dtype());
   check_same_shape(op, x, "x", dx, "dx");
-  // The gradient reaching the normalisation: dy masked by the ReLU (or dy itself), in dx's
-  // layout. It lands in dx unless dy can be used directly.
-  const Tensor* ddst = &dy;
+  // With a fused ReLU: the layer's mask from its forward, when it belongs to this y (see the
+  // file comment).
+  ReluMask* mask = nullptr;
   if (p.relu) {
     RN50_CHECK(y.defined(), "onednn {}: y (the forward output) is required when relu is fused",
                op);
     check_same_shape(op, x, "x", y, "y");
+    mask = find_layer_state<ReluMask>(save_mean.data());
+    if (mask != nullptr &&
+        !(mask->y == y.data() && y.layout() == x.layout() && dy.layout() == x.layout() &&
+          dx.layout() == x.layout() &&
+          mask->fwd_key == key(Tag::bn_fwd_train).add(y).add(bits(p.eps)).add(true)))
+      mask = nullptr;
+  }
+  // The gradient reaching the normalisation (or, with the mask, the ReLU): dy masked by the
+  // ReLU from y (or dy itself), in dx's layout. It lands in dx unless dy can be used directly.
+  const Tensor* ddst = &dy;
+  if (p.relu && mask == nullptr) {
     relu_bwd(y, dy, dx);
     ddst = &dx;
   } else if (dy.layout() != dx.layout()) {
     reorder(dy, dx);
     ddst = &dx;
   }
-  Key k = key(Tag::bn_bwd).add(x).add(dx).add(bits(p.eps));
+  const bool fused = mask != nullptr;
+  Key k = key(Tag::bn_bwd).add(x).add(dx).add(bits(p.eps)).add(fused);
   auto& e = cached<BnEntry>(k, [&] {
     auto r = std::make_unique<BnEntry>();
     memory::desc xmd = plain_md(x), dmd = plain_md(dx), cmd = f32_md({x.c()}, tag::a);
+    normalization_flags fl = ss_flags();
+    if (fused) fl = fl | normalization_flags::fuse_norm_relu;
     dnnl::batch_normalization_forward::desc fd(prop_kind::forward_training, xmd,
-                                               static_cast<float>(p.eps), ss_flags());
+                                               static_cast<float>(p.eps), fl);
     dnnl::batch_normalization_forward::primitive_desc hint(fd, attr(), engine());
     dnnl::batch_normalization_backward::desc d(prop_kind::backward, dmd, xmd,
-                                               static_cast<float>(p.eps), ss_flags());
+                                               static_cast<float>(p.eps), fl);
     dnnl::batch_normalization_backward::primitive_desc pd(d, attr(), engine(), hint);
-    r->bn = make_exec(pd, dnnl::batch_normalization_backward(pd),
-                      {{DNNL_ARG_SRC, xmd}, {DNNL_ARG_MEAN, cmd}, {DNNL_ARG_VARIANCE, cmd},
-                       {DNNL_ARG_SCALE, cmd}, {DNNL_ARG_SHIFT, cmd}, {DNNL_ARG_DIFF_DST, dmd},
-                       {DNNL_ARG_DIFF_SRC, dmd}, {DNNL_ARG_DIFF_SCALE, cmd},
-                       {DNNL_ARG_DIFF_SHIFT, cmd}});
+    if (fused) {
+      const memory::desc ws = pd.workspace_desc();
+      r->ws_bytes = ws.get_size();
+      r->bn = make_exec(pd, dnnl::batch_normalization_backward(pd),
+                        {{DNNL_ARG_SRC, xmd}, {DNNL_ARG_MEAN, cmd}, {DNNL_ARG_VARIANCE, cmd},
+                         {DNNL_ARG_SCALE, cmd}, {DNNL_ARG_SHIFT, cmd}, {DNNL_ARG_DIFF_DST, dmd},
+                         {DNNL_ARG_DIFF_SRC, dmd}, {DNNL_ARG_DIFF_SCALE, cmd},
+                         {DNNL_ARG_DIFF_SHIFT, cmd}, {DNNL_ARG_WORKSPACE, ws}});
+    } else {
+      r->bn = make_exec(pd, dnnl::batch_normalization_backward(pd),
+                        {{DNNL_ARG_SRC, xmd}, {DNNL_ARG_MEAN, cmd}, {DNNL_ARG_VARIANCE, cmd},
+                         {DNNL_ARG_SCALE, cmd}, {DNNL_ARG_SHIFT, cmd}, {DNNL_ARG_DIFF_DST, dmd},
+                         {DNNL_ARG_DIFF_SRC, dmd}, {DNNL_ARG_DIFF_SCALE, cmd},
+                         {DNNL_ARG_DIFF_SHIFT, cmd}});
+    }
     r->zero_shift.assign(static_cast<size_t>(x.c()), 0.f);
     r->bn.set(DNNL_ARG_SHIFT, r->zero_shift.data());
     return r;
   });
+  if (fused) {
+    RN50_CHECK(e.ws_bytes <= mask->bytes,
+               "onednn {}: the ReLU mask of the forward ({} bytes) is smaller than the backward "
+               "needs ({} bytes)",
+               op, mask->bytes, e.ws_bytes);
+    e.bn.set(DNNL_ARG_WORKSPACE, mask->ws);
+    mask->y = nullptr;  // one backward per forward
+  }
   e.bn.set(DNNL_ARG_SRC, x.data());
   e.bn.set(DNNL_ARG_MEAN, save_mean.data());
   e.bn.set(DNNL_ARG_VARIANCE, save_var.data());

@@ -13,11 +13,12 @@
 // gradients back to OIHW).
 //
 // Ops through oneDNN: conv2d (fwd, bwd data, bwd weights), batchnorm (train/infer forward with
-// fused ReLU; backward: ReLU mask via eltwise relu backward on y, then batch-norm backward),
-// relu fwd/bwd (eltwise), add / add_relu (binary with a relu post-op), maxpool forward and global
-// average pooling fwd/bwd (pooling), linear (inner product fwd/bwd data/bwd weights), layout
-// changes in copy() (reorder). Plain OpenMP loops: maxpool backward (torch's first-maximum
-// routing), softmax cross-entropy, normalize_u8, SGD, and the running-statistics update.
+// fused ReLU; backward with the ReLU fused through the forward's bit-mask workspace, or, without
+// one, the mask from y via eltwise relu backward, then batch-norm backward), relu fwd/bwd
+// (eltwise), add / add_relu (binary with a relu post-op), maxpool forward and global average
+// pooling fwd/bwd (pooling), linear (inner product fwd/bwd data/bwd weights), layout changes in
+// copy() (reorder). Plain OpenMP loops: maxpool backward (torch's first-maximum routing),
+// softmax cross-entropy, normalize_u8, SGD, and the running-statistics update.
 //
 // Not thread-safe: use one backend instance from one thread at a time (its ops are internally
 // parallel through OpenMP).
@@ -210,6 +211,22 @@ class OnednnBackend final : public Backend {
   /// dst = src through a cached oneDNN reorder between their plain descriptors (a 4-D layout
   /// change and/or an f32 <-> bf16 conversion). Same logical shape.
   void reorder(const Tensor& src, const Tensor& dst);
+  /// State one layer keeps from its training forward to its backward (today: the batch-norm
+  /// ReLU mask, see batchnorm.cpp), found by a buffer only that layer owns (`owner`, e.g. its
+  /// save_mean). Created with `make()` (returning std::unique_ptr<T>, T derived from
+  /// CacheEntry) on first use; kept until the backend is destroyed. nullptr from find_layer_state
+  /// when `owner` has none.
+  template <class T, class Make>
+  T& layer_state(const void* owner, Make&& make) {
+    auto& slot = layer_state_[owner];
+    if (!slot) slot = make();
+    return static_cast<T&>(*slot);
+  }
+  template <class T>
+  T* find_layer_state(const void* owner) {
+    auto it = layer_state_.find(owner);
+    return it == layer_state_.end() ? nullptr : static_cast<T*>(it->second.get());
+  }
 
  private:
   struct Buf {
@@ -221,6 +238,7 @@ class OnednnBackend final : public Backend {
   std::unordered_map<Key, std::unique_ptr<CacheEntry>, KeyHash> cache_;
   CacheStats stats_;
   std::array<Buf, kScratchSlots> scratch_{};
+  std::unordered_map<const void*, std::unique_ptr<CacheEntry>> layer_state_;
 };
 
 // ---- helpers shared by the op files (defined in onednn_backend.cpp) ----
