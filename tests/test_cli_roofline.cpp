@@ -244,4 +244,12 @@ TEST(CliRoofline, Refusals) {
   EXPECT_NE(out.find("rn50 bench peak"), std::string::npos) << out;
   EXPECT_EQ(run_command(kCli + " bench peak --profile", &out), 2) << out;
   EXPECT_EQ(run_command(kCli + " eval --profile", &out), 2) << out;
+  // The convolution algorithm switch (src/backend/cpu/conv_algo.h): a bad value is named.
+  EXPECT_NE(run_command("RN50_CONV_ALGO=fft " + kCli +
+                            " train --benchmark --data synthetic --arch resnet18 --crop-size 32 "
+                            "--batch-size 2 --benchmark-steps 1 --benchmark-warmup-steps 0",
+                        &out),
+            0);
+  EXPECT_NE(out.find("RN50_CONV_ALGO is 'fft'"), std::string::npos) << out;
+  EXPECT_NE(out.find("direct"), std::string::npos) << out;
 }

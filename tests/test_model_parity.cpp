@@ -61,6 +61,12 @@
 namespace rn50 {
 namespace {
 
+// The parity tolerances are those of direct convolution: Winograd's rounding (oneDNN's F(4x4,
+// 3x3), on by default for f32 3x3 stride-1 convs, see src/backend/cpu/conv.cpp) is amplified by
+// BatchNorm's backward on these small batches to about 1% in some weight gradients. Winograd
+// itself is checked op by op against the reference in test_ops_conv_bn. Set before main().
+[[maybe_unused]] const bool kDirectConv = (setenv("RN50_CONV_ALGO", "direct", 1), true);
+
 namespace fs = std::filesystem;
 
 const char* const kPython = rn50::test::python();

@@ -5,6 +5,17 @@
 // f32, or bf16 throughout (x, w, y and the gradients; oneDNN accumulates in f32) under CPU AMP.
 // Padding: padding_l = padding_r = pad; oneDNN's output size (H + 2*pad - R) / stride + 1 uses
 // the same floor division as torch, so the right padding never contributes an extra output.
+// Winograd: an f32 3x3 conv with stride 1 and padding 1 (13 of ResNet-50's 53) runs oneDNN's
+// Winograd F(4x4, 3x3) algorithm (jit_wino_4x3) in all three directions, unless
+// RN50_CONV_ALGO=direct. Its activations live in a blocked layout (nChw16c), so they are
+// reordered in and out through backend scratch buffers ("reorder activations (winograd)" in a
+// profile). Measured with oneDNN 2.6 on AVX-512, batch 32: 2.0-2.6x faster than the direct
+// conv per direction (64 ch at 56x56: fwd 32.1 -> 12.3 ms, bwd data 32.3 -> 12.2, bwd weights
+// 31.8 -> 14.3). The result differs from direct convolution by rounding only (relative error
+// about 1e-6 to 1e-5 in f32; Lavin & Gray, "Fast Algorithms for Convolutional Neural
+// Networks", CVPR 2016). FLOP counts and GFLOP/s stay those of the direct convolution.
+#include <algorithm>
+
 #include "backend/cpu/onednn_backend.h"
 #include "core/check.h"
 #include "rn50/profile.h"
@@ -51,22 +62,90 @@ memory::desc user_w(const Geo& g, const Tensor& w) {
   return md_of(wdims(g), g.dt, w.layout() == Layout::NHWC ? tag::ohwi : tag::oihw);
 }
 
-/// Forward primitive descriptor (also the hint of the backward ones).
+/// Whether this conv may run as Winograd (see the file comment): f32, 3x3, stride 1, pad 1,
+/// and Winograd allowed (conv_winograd_allowed). oneDNN may still decline a shape (then: direct).
+bool winograd_candidate(const Conv2dParams& p, const Geo& g) {
+  return conv_winograd_allowed() && g.dt == DType::f32 && g.R == 3 && g.S == 3 &&
+         p.stride == 1 && p.pad == 1;
+}
+
+/// Activations of a Winograd conv: `any` layout (the primitive picks its blocked one).
+memory::desc any_act(const Tensor& t) { return md_of(t.shape(), t.dtype(), tag::any); }
+
+/// Forward primitive descriptor (also the hint of the backward ones), with `alg`.
 dnnl::convolution_forward::primitive_desc fwd_pd(dnnl::engine& eng, const Conv2dParams& p,
                                                  const Geo& g, const memory::desc& xmd,
-                                                 const memory::desc& ymd) {
+                                                 const memory::desc& ymd,
+                                                 algorithm alg = algorithm::convolution_direct) {
   memory::dims st{p.stride, p.stride}, pad{p.pad, p.pad};
-  dnnl::convolution_forward::desc d(prop_kind::forward_training, algorithm::convolution_direct,
-                                    xmd, any_w(g), ymd, st, pad, pad);
+  dnnl::convolution_forward::desc d(prop_kind::forward_training, alg, xmd, any_w(g), ymd, st, pad,
+                                    pad);
   return dnnl::convolution_forward::primitive_desc(d, OnednnBackend::attr(), eng);
 }
 
-/// A convolution plus, when its weight layout is not OIHW, the reorder to/from OIHW.
+/// An activation reorder between our plain layout and the one a Winograd conv chose, through
+/// backend scratch slot `slot` (undefined when the layouts agree).
+struct ActReorder {
+  Exec ex;
+  size_t bytes = 0;  ///< bytes of the conv-layout activation
+  ScratchSlot slot = kScratchAct0;
+};
+
+/// A convolution plus, when its weight layout is not OIHW, the reorder to/from OIHW, and for
+/// Winograd the activation reorders (inputs in[0..1] in argument order, output out).
 struct ConvEntry : CacheEntry {
   Exec conv;
   Exec wre;              ///< weights reorder (undefined when the conv uses OIHW directly)
   size_t w_bytes = 0;    ///< bytes of the conv-layout weights
+  ActReorder in[2], out;
 };
+
+/// Builds `r` converting `from` into `to` through `slot` if they differ.
+void make_act(OnednnBackend& be, ActReorder& r, const memory::desc& from, const memory::desc& to,
+              ScratchSlot slot) {
+  r.slot = slot;
+  if (from == to) return;
+  dnnl::reorder::primitive_desc pd(be.engine(), from, be.engine(), to, OnednnBackend::attr());
+  r.ex = be.make_exec(pd, dnnl::reorder(pd), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+  r.bytes = std::max(from.get_size(), to.get_size());
+}
+
+constexpr ProfileOp kActReorder{"reorder activations (winograd)", "reorder", "-"};
+
+/// The input `t` in the conv's layout: t itself, or its reorder into r's scratch slot.
+const void* act_in(OnednnBackend& be, ActReorder& r, const Tensor& t) {
+  if (!r.ex.defined()) return t.data();
+  OpProfiler::Scope timed(kActReorder);
+  void* buf = be.scratch(r.slot, r.bytes);
+  r.ex.set(DNNL_ARG_FROM, t.data());
+  r.ex.set(DNNL_ARG_TO, buf);
+  be.run(r.ex);
+  return buf;
+}
+/// Where the conv writes output `t`: t itself, or r's scratch slot (then act_out copies back).
+void* act_dst(OnednnBackend& be, ActReorder& r, Tensor& t) {
+  return r.ex.defined() ? be.scratch(r.slot, r.bytes) : t.data();
+}
+void act_out(OnednnBackend& be, ActReorder& r, Tensor& t) {
+  if (!r.ex.defined()) return;
+  OpProfiler::Scope timed(kActReorder);
+  r.ex.set(DNNL_ARG_FROM, be.scratch(r.slot, r.bytes));
+  r.ex.set(DNNL_ARG_TO, t.data());
+  be.run(r.ex);
+}
+
+/// Runs `make(alg)` with Winograd when `try_wino`, falling back to direct when oneDNN declines.
+template <class Make>
+auto with_algorithm(bool try_wino, Make&& make) {
+  if (try_wino) {
+    try {
+      return make(algorithm::convolution_winograd);
+    } catch (const dnnl::error&) {
+      // not implemented for this shape / CPU: the direct conv below
+    }
+  }
+  return make(algorithm::convolution_direct);
+}
 
 /// Builds the weight reorder between `from` and `to` if they differ.
 void make_wre(OnednnBackend& be, ConvEntry& e, const memory::desc& from,
@@ -102,21 +181,29 @@ void OnednnBackend::conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Ten
   const Geo g = conv_geo("conv2d_fwd", p, x, w, y);
   Key k = key(Tag::conv_fwd).add(x).add(w).add(y).add(p.stride).add(p.pad);
   auto& e = cached<ConvEntry>(k, [&] {
-    auto r = std::make_unique<ConvEntry>();
-    memory::desc xmd = plain_md(x), ymd = plain_md(y);
-    auto pd = fwd_pd(engine(), p, g, xmd, ymd);
-    memory::desc cw = pd.weights_desc();
-    r->conv = make_exec(pd, dnnl::convolution_forward(pd),
-                        {{DNNL_ARG_SRC, xmd}, {DNNL_ARG_WEIGHTS, cw}, {DNNL_ARG_DST, ymd}});
-    r->w_bytes = cw.get_size();
-    make_wre(*this, *r, user_w(g, w), cw);
-    return r;
+    return with_algorithm(winograd_candidate(p, g), [&](algorithm alg) {
+      auto r = std::make_unique<ConvEntry>();
+      const bool wino = alg == algorithm::convolution_winograd;
+      memory::desc xmd = plain_md(x), ymd = plain_md(y);
+      auto pd = wino ? fwd_pd(engine(), p, g, any_act(x), any_act(y), alg)
+                     : fwd_pd(engine(), p, g, xmd, ymd);
+      memory::desc cw = pd.weights_desc();
+      r->conv = make_exec(pd, dnnl::convolution_forward(pd),
+                          {{DNNL_ARG_SRC, pd.src_desc()}, {DNNL_ARG_WEIGHTS, cw},
+                           {DNNL_ARG_DST, pd.dst_desc()}});
+      r->w_bytes = cw.get_size();
+      make_wre(*this, *r, user_w(g, w), cw);
+      make_act(*this, r->in[0], xmd, pd.src_desc(), kScratchAct0);
+      make_act(*this, r->out, pd.dst_desc(), ymd, kScratchAct1);
+      return r;
+    });
   });
   const void* wp = conv_weights(*this, e, w, kWreFwd);
-  e.conv.set(DNNL_ARG_SRC, x.data());
+  e.conv.set(DNNL_ARG_SRC, act_in(*this, e.in[0], x));
   e.conv.set(DNNL_ARG_WEIGHTS, wp);
-  e.conv.set(DNNL_ARG_DST, y.data());
+  e.conv.set(DNNL_ARG_DST, act_dst(*this, e.out, y));
   run(e.conv);
+  act_out(*this, e.out, y);
 }
 
 void OnednnBackend::conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
@@ -124,26 +211,32 @@ void OnednnBackend::conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, con
   const Geo g = conv_geo("conv2d_bwd_data", p, dx, w, dy);
   Key k = key(Tag::conv_bwd_data).add(dy).add(w).add(dx).add(p.stride).add(p.pad);
   auto& e = cached<ConvEntry>(k, [&] {
-    auto r = std::make_unique<ConvEntry>();
-    memory::desc dxmd = plain_md(dx), dymd = plain_md(dy);
-    auto hint = fwd_pd(engine(), p, g, dxmd, dymd);
-    memory::dims st{p.stride, p.stride}, pad{p.pad, p.pad};
-    dnnl::convolution_backward_data::desc d(algorithm::convolution_direct, dxmd, any_w(g), dymd,
-                                            st, pad, pad);
-    dnnl::convolution_backward_data::primitive_desc pd(d, attr(), engine(), hint);
-    memory::desc cw = pd.weights_desc();
-    r->conv = make_exec(pd, dnnl::convolution_backward_data(pd),
-                        {{DNNL_ARG_DIFF_DST, dymd}, {DNNL_ARG_WEIGHTS, cw},
-                         {DNNL_ARG_DIFF_SRC, dxmd}});
-    r->w_bytes = cw.get_size();
-    make_wre(*this, *r, user_w(g, w), cw);
-    return r;
+    return with_algorithm(winograd_candidate(p, g), [&](algorithm alg) {
+      auto r = std::make_unique<ConvEntry>();
+      const bool wino = alg == algorithm::convolution_winograd;
+      memory::desc dxmd = plain_md(dx), dymd = plain_md(dy);
+      memory::desc cdx = wino ? any_act(dx) : dxmd, cdy = wino ? any_act(dy) : dymd;
+      auto hint = fwd_pd(engine(), p, g, cdx, cdy, alg);
+      memory::dims st{p.stride, p.stride}, pad{p.pad, p.pad};
+      dnnl::convolution_backward_data::desc d(alg, cdx, any_w(g), cdy, st, pad, pad);
+      dnnl::convolution_backward_data::primitive_desc pd(d, attr(), engine(), hint);
+      memory::desc cw = pd.weights_desc();
+      r->conv = make_exec(pd, dnnl::convolution_backward_data(pd),
+                          {{DNNL_ARG_DIFF_DST, pd.diff_dst_desc()}, {DNNL_ARG_WEIGHTS, cw},
+                           {DNNL_ARG_DIFF_SRC, pd.diff_src_desc()}});
+      r->w_bytes = cw.get_size();
+      make_wre(*this, *r, user_w(g, w), cw);
+      make_act(*this, r->in[0], dymd, pd.diff_dst_desc(), kScratchAct0);
+      make_act(*this, r->out, pd.diff_src_desc(), dxmd, kScratchAct1);
+      return r;
+    });
   });
   const void* wp = conv_weights(*this, e, w, kWreBwdData);
-  e.conv.set(DNNL_ARG_DIFF_DST, dy.data());
+  e.conv.set(DNNL_ARG_DIFF_DST, act_in(*this, e.in[0], dy));
   e.conv.set(DNNL_ARG_WEIGHTS, wp);
-  e.conv.set(DNNL_ARG_DIFF_SRC, dx.data());
+  e.conv.set(DNNL_ARG_DIFF_SRC, act_dst(*this, e.out, dx));
   run(e.conv);
+  act_out(*this, e.out, dx);
 }
 
 void OnednnBackend::conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
@@ -151,24 +244,29 @@ void OnednnBackend::conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, c
   const Geo g = conv_geo("conv2d_bwd_weights", p, x, dw, dy);
   Key k = key(Tag::conv_bwd_weights).add(x).add(dy).add(dw).add(p.stride).add(p.pad);
   auto& e = cached<ConvEntry>(k, [&] {
-    auto r = std::make_unique<ConvEntry>();
-    memory::desc xmd = plain_md(x), dymd = plain_md(dy);
-    auto hint = fwd_pd(engine(), p, g, xmd, dymd);
-    memory::dims st{p.stride, p.stride}, pad{p.pad, p.pad};
-    dnnl::convolution_backward_weights::desc d(algorithm::convolution_direct, xmd, any_w(g),
-                                               dymd, st, pad, pad);
-    dnnl::convolution_backward_weights::primitive_desc pd(d, attr(), engine(), hint);
-    memory::desc cw = pd.diff_weights_desc();
-    r->conv = make_exec(pd, dnnl::convolution_backward_weights(pd),
-                        {{DNNL_ARG_SRC, xmd}, {DNNL_ARG_DIFF_DST, dymd},
-                         {DNNL_ARG_DIFF_WEIGHTS, cw}});
-    r->w_bytes = cw.get_size();
-    make_wre(*this, *r, cw, user_w(g, dw));
-    return r;
+    return with_algorithm(winograd_candidate(p, g), [&](algorithm alg) {
+      auto r = std::make_unique<ConvEntry>();
+      const bool wino = alg == algorithm::convolution_winograd;
+      memory::desc xmd = plain_md(x), dymd = plain_md(dy);
+      memory::desc cx = wino ? any_act(x) : xmd, cdy = wino ? any_act(dy) : dymd;
+      auto hint = fwd_pd(engine(), p, g, cx, cdy, alg);
+      memory::dims st{p.stride, p.stride}, pad{p.pad, p.pad};
+      dnnl::convolution_backward_weights::desc d(alg, cx, any_w(g), cdy, st, pad, pad);
+      dnnl::convolution_backward_weights::primitive_desc pd(d, attr(), engine(), hint);
+      memory::desc cw = pd.diff_weights_desc();
+      r->conv = make_exec(pd, dnnl::convolution_backward_weights(pd),
+                          {{DNNL_ARG_SRC, pd.src_desc()}, {DNNL_ARG_DIFF_DST, pd.diff_dst_desc()},
+                           {DNNL_ARG_DIFF_WEIGHTS, cw}});
+      r->w_bytes = cw.get_size();
+      make_wre(*this, *r, cw, user_w(g, dw));
+      make_act(*this, r->in[0], xmd, pd.src_desc(), kScratchAct0);
+      make_act(*this, r->in[1], dymd, pd.diff_dst_desc(), kScratchAct1);
+      return r;
+    });
   });
   void* dwp = e.wre.defined() ? scratch(kScratchWeights, e.w_bytes) : dw.data();
-  e.conv.set(DNNL_ARG_SRC, x.data());
-  e.conv.set(DNNL_ARG_DIFF_DST, dy.data());
+  e.conv.set(DNNL_ARG_SRC, act_in(*this, e.in[0], x));
+  e.conv.set(DNNL_ARG_DIFF_DST, act_in(*this, e.in[1], dy));
   e.conv.set(DNNL_ARG_DIFF_WEIGHTS, dwp);
   run(e.conv);
   if (e.wre.defined()) {

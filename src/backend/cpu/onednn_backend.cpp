@@ -196,6 +196,20 @@ void OnednnBackend::run(Exec& e) {
              static_cast<int>(st));
 }
 
+bool conv_winograd_allowed() {
+  static const int allowed = [] {
+    const char* v = std::getenv("RN50_CONV_ALGO");
+    if (v == nullptr || std::strcmp(v, "auto") == 0 || std::strcmp(v, "winograd") == 0) return 1;
+    if (std::strcmp(v, "direct") == 0) return 0;
+    return -1;
+  }();
+  RN50_CHECK(allowed >= 0,
+             "environment variable RN50_CONV_ALGO is '{}': use auto (Winograd for f32 3x3 "
+             "stride-1 convolutions where oneDNN has it), winograd (the same) or direct",
+             std::getenv("RN50_CONV_ALGO"));
+  return allowed == 1;
+}
+
 void* OnednnBackend::scratch(ScratchSlot slot, size_t bytes) {
   Buf& b = scratch_[slot];
   if (bytes > b.bytes) {

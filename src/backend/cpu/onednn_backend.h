@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cpu/conv_algo.h"
 #include "core/check.h"
 #include "rn50/backend.h"
 
@@ -80,7 +81,11 @@ struct CacheStats {
 };
 
 /// The backend-wide scratch buffers (see Backend::scratch).
-enum ScratchSlot : int { kScratchPad = 0, kScratchWeights = 1, kScratchWork = 2, kScratchSlots };
+/// kScratchAct0..2: activations of a Winograd convolution in its blocked layout (conv.cpp).
+enum ScratchSlot : int {
+  kScratchPad = 0, kScratchWeights, kScratchWork, kScratchAct0, kScratchAct1, kScratchAct2,
+  kScratchSlots
+};
 
 /// The oneDNN backend. See the file comment; semantics of every op are those of rn50::Backend.
 class OnednnBackend final : public Backend {
