@@ -107,7 +107,9 @@ inline std::vector<float> engine_logits(const std::string& dir, const std::vecto
                                         int crop) {
   static std::map<std::string, std::unique_ptr<rn50::InferenceEngine>> engines;
   auto& e = engines[dir];
-  if (!e) e = rn50::make_inference_engine(rn50::load_inference_model(dir).program);
+  rn50::EngineOptions eo;
+  eo.batch_invariant = true;  // as rn50 serve's engines
+  if (!e) e = rn50::make_inference_engine(rn50::load_inference_model(dir).program, eo);
   rn50::Tensor t = rn50::Tensor::empty({1, 3, crop, crop}, rn50::DType::f32, rn50::Layout::NCHW);
   std::memcpy(t.data_as<float>(), x.data(), x.size() * sizeof(float));
   const rn50::Tensor y = e->run(t);

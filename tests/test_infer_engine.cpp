@@ -21,6 +21,7 @@
 #include "rn50/error.h"
 #include "rn50/inference.h"
 #include "rn50/model.h"
+#include "rn50/profile.h"
 
 namespace rn50 {
 namespace {
@@ -109,6 +110,45 @@ TEST(InferEngineBf16, CloseToFp32ButNotEqual) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, InferEngine, ::testing::Values("resnet18", "resnet50"));
+
+/// Calls of the op named `name` in one profiled run of `eng` on `x`.
+int64_t calls_of(InferenceEngine& eng, const Tensor& x, const std::string& name) {
+  OpProfiler prof;
+  {
+    OpProfiler::Activation on(prof);
+    eng.run(x);
+  }
+  for (const OpProfiler::Row& r : prof.rows())
+    if (r.op == name) return r.calls;
+  return 0;
+}
+
+// fp32 3x3 stride-1 convs run as Winograd by default (src/backend/cpu/conv_algo.h), between
+// activation reorders; a batch-invariant engine (rn50 serve's) runs them direct, and its logits
+// do not depend on the batch. Both stay within rounding of each other (and of the training
+// graph, LogitsEqualTheTrainingGraphInEvalMode).
+TEST(InferEngineWinograd, DefaultUsesItBatchInvariantDoesNot) {
+  Fixture f("resnet50", 10);
+  auto wino = f.engine();
+  EngineOptions o;
+  o.batch_invariant = true;
+  auto direct = make_inference_engine(fold_network(f.model->desc(), f.sd), o);
+  const Tensor x = random_images(4, 64, 400);
+  // ResNet-50: 16 bottlenecks, 13 of whose 3x3 convs have stride 1: one reorder in, one out.
+  EXPECT_EQ(calls_of(*wino, x, "reorder activations (winograd)"), 26);
+  EXPECT_EQ(calls_of(*direct, x, "reorder activations (winograd)"), 0);
+  const Tensor a = wino->run(x), b = direct->run(x);
+  expect_close(a, b, 1e-4, "Winograd vs direct");
+  // Batch invariance: each image alone gives the same bits as in the batch of 4.
+  const int64_t per = x.numel() / 4, k = b.dim(1);
+  for (int64_t i = 0; i < 4; ++i) {
+    Tensor one = Tensor::empty({1, 3, 64, 64}, DType::f32, Layout::NCHW);
+    std::memcpy(one.data_as<float>(), x.data_as<const float>() + i * per, per * sizeof(float));
+    const Tensor y = direct->run(one);
+    EXPECT_EQ(std::memcmp(y.data(), b.data_as<const float>() + i * k, k * sizeof(float)), 0)
+        << "image " << i << " alone differs from its row in the batch";
+  }
+}
 
 TEST(InferEngineThreads, ConcurrentCallsOnOneEngineGiveTheSameLogits) {
   Fixture f("resnet18", 5);

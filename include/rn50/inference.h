@@ -265,6 +265,11 @@ struct EngineOptions {
   /// The CPU engine needs no option: it times its primitives whenever an OpProfiler is active
   /// on the calling thread.
   bool profile = false;
+  /// Every image's logits independent of the batch it runs in, bit for bit. The CPU engine then
+  /// runs its 3x3 convolutions direct, not Winograd (src/backend/cpu/conv_algo.h), whose
+  /// blocking and so rounding follow the batch size. `rn50 serve` sets it, so that dynamic
+  /// batching never changes an answer. The GPU engine ignores it.
+  bool batch_invariant = false;
 };
 
 /// Runs an InferenceProgram forward only: weights pre-packed once in the layout the backend

@@ -16,8 +16,14 @@
 //                   as f32 -> s8 -> u8, so codes stop at 127 as in fake_quant.h
 // Activation buffers are assigned by liveness (a buffer is reused once the last op reading its
 // value has run), so ResNet-50 needs a handful of buffers, not one per layer.
+// Winograd: an f32 3x3 stride-1 conv without a residual sum runs oneDNN's Winograd F(4x4, 3x3)
+// (src/backend/cpu/conv_algo.h; RN50_CONV_ALGO=direct turns it off) in the primitive's blocked
+// layout, between two reorder steps ("reorder activations (winograd)") through two buffers all
+// such convs share. Not while calibrating int8 (the observer reads NHWC destinations), nor
+// for a batch-invariant engine (EngineOptions::batch_invariant: rn50 serve).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -27,6 +33,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "backend/cpu/conv_algo.h"
 #include "core/check.h"
 #include "core/fake_quant.h"
 #include "infer/engine_impl.h"
@@ -50,6 +57,7 @@ constexpr ProfileOp kMaxpoolOp{"maxpool fwd", "pool", "fwd"};
 constexpr ProfileOp kAvgpoolOp{"global avgpool fwd", "pool", "fwd"};
 constexpr ProfileOp kFcOp{"linear fwd", "linear", "fwd"};
 constexpr ProfileOp kConvertOp{"reorder (quantize / dequantize)", "reorder", "-"};
+constexpr ProfileOp kWinoReorderOp{"reorder activations (winograd)", "reorder", "-"};
 constexpr ProfileOp kLogitsOp{"copy logits", "copy", "-"};
 
 /// One primitive with its arguments.
@@ -77,11 +85,13 @@ struct Plan {
 
 class CpuEngine final : public InferenceEngine {
  public:
-  CpuEngine(InferenceProgram p, const std::string& precision, ValueObserver observer)
+  CpuEngine(InferenceProgram p, const std::string& precision, ValueObserver observer,
+            bool winograd)
       : prog_(std::move(p)),
         precision_(precision),
         act_(precision == "bf16" ? dt::bf16 : dt::f32),
         observer_(std::move(observer)),
+        winograd_(winograd),
         eng_(dnnl::engine::kind::cpu, 0),
         strm_(eng_) {
     RN50_CHECK(precision_ != "int8" || prog_.value_absmax.size() == prog_.producer.size(),
@@ -349,6 +359,9 @@ class CpuEngine final : public InferenceEngine {
       return memory::desc({n, s[0], s[1], s[2]}, vdt[static_cast<size_t>(v)], tag::nhwc);
     };
     plan->input = memory(act_md(0), eng_, ptr(0));
+    // Winograd convs' sources [0] and destinations [1] in the primitive's layout: two buffers
+    // shared by all of them (the steps run one after another), bound after the loop.
+    std::array<std::vector<memory>, 2> wino_mems;
 
     for (const Node& nd : nodes) {
       Step st;
@@ -382,9 +395,20 @@ class CpuEngine final : public InferenceEngine {
           const memory::dims wd{c.out_channels, c.in_channels, c.kernel, c.kernel};
           const memory::desc w_any(wd, q ? dt::s8 : act_, tag::any),
               b_md({c.out_channels}, dt::f32, tag::x);
-          dnnl::convolution_forward::desc d(prop_kind::forward_inference,
-                                            algorithm::convolution_direct, src, w_any, b_md, dst,
-                                            {c.stride, c.stride}, {c.pad, c.pad}, {c.pad, c.pad});
+          // Winograd (see the file comment): f32, 3x3, stride 1, pad 1, no residual sum, not
+          // while calibrating (the observer reads each step's destination as NHWC).
+          const bool try_wino = !q && act_ == dt::f32 && c.kernel == 3 && c.stride == 1 &&
+                                c.pad == 1 && nd.res < 0 && !observer_ && winograd_ &&
+                                onednn::conv_winograd_allowed();
+          const memory::desc wsrc(src.dims(), dt::f32, tag::any),
+              wdst(dst.dims(), dt::f32, tag::any);
+          auto conv_desc = [&](bool wino) {
+            return dnnl::convolution_forward::desc(
+                prop_kind::forward_inference,
+                wino ? algorithm::convolution_winograd : algorithm::convolution_direct,
+                wino ? wsrc : src, w_any, b_md, wino ? wdst : dst, {c.stride, c.stride},
+                {c.pad, c.pad}, {c.pad, c.pad});
+          };
           dnnl::post_ops po;
           dnnl::primitive_attr attr;
           std::vector<float> w_scale;  // int8: per output channel, real W = q * w_scale[k]
@@ -416,7 +440,17 @@ class CpuEngine final : public InferenceEngine {
             po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
           }
           attr.set_post_ops(po);
-          dnnl::convolution_forward::primitive_desc pd(d, attr, eng_);
+          dnnl::convolution_forward::primitive_desc pd;
+          bool wino = false;
+          if (try_wino) {
+            try {
+              pd = dnnl::convolution_forward::primitive_desc(conv_desc(true), attr, eng_);
+              wino = true;
+            } catch (const dnnl::error&) {
+              // not implemented for this shape / CPU: direct below
+            }
+          }
+          if (!wino) pd = dnnl::convolution_forward::primitive_desc(conv_desc(false), attr, eng_);
           st.prim = dnnl::convolution_forward(pd);
           st.op = &kConvOp;
           const auto& oshape = shape[static_cast<size_t>(nd.out)];
@@ -431,6 +465,31 @@ class CpuEngine final : public InferenceEngine {
                      {DNNL_ARG_DST, dst_m}};
           plan->packed.push_back(w);
           plan->packed.push_back(b);
+          if (wino) {
+            // Through the two shared Winograd buffers (bound once the plan is built): NHWC ->
+            // the primitive's layout, the conv, and back.
+            memory bsrc(pd.src_desc(), eng_, DNNL_MEMORY_NONE);
+            memory bdst(pd.dst_desc(), eng_, DNNL_MEMORY_NONE);
+            wino_mems[0].push_back(bsrc);
+            wino_mems[1].push_back(bdst);
+            Step in;
+            in.value = nd.in;
+            in.op = &kWinoReorderOp;
+            in.prim = dnnl::reorder(dnnl::reorder::primitive_desc(eng_, src, eng_, pd.src_desc()));
+            in.args = {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_DST, bsrc}};
+            plan->steps.push_back(std::move(in));
+            st.args[DNNL_ARG_SRC] = bsrc;
+            st.args[DNNL_ARG_DST] = bdst;
+            plan->steps.push_back(std::move(st));
+            Step back;
+            back.value = nd.out;
+            back.op = &kWinoReorderOp;
+            back.prim =
+                dnnl::reorder(dnnl::reorder::primitive_desc(eng_, pd.dst_desc(), eng_, dst));
+            back.args = {{DNNL_ARG_SRC, bdst}, {DNNL_ARG_DST, dst_m}};
+            plan->steps.push_back(std::move(back));
+            continue;
+          }
           break;
         }
         case InferOp::Kind::maxpool:
@@ -490,6 +549,14 @@ class CpuEngine final : public InferenceEngine {
       }
       plan->steps.push_back(std::move(st));
     }
+    for (size_t r = 0; r < wino_mems.size(); ++r) {
+      size_t bytes = 0;
+      for (const memory& m : wino_mems[r]) bytes = std::max(bytes, m.get_desc().get_size());
+      if (bytes == 0) continue;
+      std::vector<float>& buf =
+          plan->buffers.emplace_back((bytes + sizeof(float) - 1) / sizeof(float));
+      for (memory& m : wino_mems[r]) m.set_data_handle(buf.data());
+    }
     strm_.wait();
     return plan;
   }
@@ -513,6 +580,7 @@ class CpuEngine final : public InferenceEngine {
   dt act_;  ///< float activations and conv/fc weights: f32, or bf16 (bias, accumulation, logits
             ///< f32)
   ValueObserver observer_;
+  bool winograd_;  ///< Winograd 3x3 convs allowed (not under EngineOptions::batch_invariant)
   dnnl::engine eng_;
   dnnl::stream strm_;
   std::mutex mu_;
@@ -523,8 +591,9 @@ class CpuEngine final : public InferenceEngine {
 
 std::unique_ptr<InferenceEngine> make_cpu_engine(InferenceProgram program,
                                                  const std::string& precision,
-                                                 ValueObserver observer) {
-  return std::make_unique<CpuEngine>(std::move(program), precision, std::move(observer));
+                                                 ValueObserver observer, bool winograd) {
+  return std::make_unique<CpuEngine>(std::move(program), precision, std::move(observer),
+                                     winograd);
 }
 
 }  // namespace rn50

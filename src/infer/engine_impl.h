@@ -23,10 +23,12 @@ inline void check_image_batch(const Tensor& x) {
 }
 
 /// oneDNN engine (engine_cpu.cpp); precision "fp32", "bf16" or "int8" (rn50/inference.h).
-/// With an observer (fp32 only), every value is handed to it as it is written.
+/// With an observer (fp32 only), every value is handed to it as it is written. Winograd 3x3
+/// convolutions (fp32) only when `winograd` and conv_winograd_allowed().
 std::unique_ptr<InferenceEngine> make_cpu_engine(InferenceProgram program,
                                                  const std::string& precision,
-                                                 ValueObserver observer = {});
+                                                 ValueObserver observer = {},
+                                                 bool winograd = true);
 
 /// The program on a compute backend (engine_device.cpp): every conv one
 /// Backend::conv2d_bias_act_fwd (bias, residual and ReLU fused; cuDNN's

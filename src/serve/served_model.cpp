@@ -88,6 +88,7 @@ std::unique_ptr<ServedModel> load_model(const std::string& dir, const ServeOptio
   EngineOptions eo;
   eo.device = opt.device;
   eo.precision = opt.precision.empty() ? model.info.precision : opt.precision;
+  eo.batch_invariant = true;  // a request's answer must not depend on the batch it joins
   m->precision = eo.precision;
   m->device = resolve_device(opt.device).name;
   RN50_CHECK(opt.instances >= 1, "--instances {}: must be >= 1", opt.instances);
