@@ -9,7 +9,8 @@
 # PEER, PYTHON (/usr/bin/python3: torch, onnx, cv2), ORT_DIR (where ../shared/peers/ort-setup.sh
 # installed onnxruntime-node: /tmp/ort-peer; `bash ../shared/peers/ort-setup.sh DIR` installs it,
 # about 300 MB), ORT_JS (../shared/peers/ort_infer.js), THREADS (ONNX Runtime's intra-op
-# threads: the cores, nproc).
+# threads: the cores, nproc), PEAK_FILE (a `rn50 bench peak` report: rn50's rows then also show
+# their share of the measured peak of their precision).
 # First it makes one model: Kaiming weights and BatchNorm statistics of one synthetic step at lr 0
 # and 64 px (timing needs weights, not accuracy), written with --inference-dir (model.json/.safetensors and
 # model.onnx), exported again as an fp32 ONNX at CROP (ONNX Runtime checks the input's declared
@@ -33,6 +34,8 @@ PY=${PYTHON:-/usr/bin/python3}
 ORT_DIR=${ORT_DIR:-/tmp/ort-peer}
 ORT_JS=${ORT_JS:-../shared/peers/ort_infer.js}
 THREADS=${THREADS:-$(nproc)}
+PEAK_ARGS=()
+[ -n "${PEAK_FILE:-}" ] && PEAK_ARGS=(--peak-file "$PEAK_FILE")
 # ONNX Runtime runs where it is installed, on the CPU, at the 224 px ort_infer.js feeds.
 ORT=0
 if [ "$DEV" != cpu ]; then
@@ -68,7 +71,8 @@ for b in ${BS//,/ }; do
     for p in ${PRECS//,/ }; do
       m="$out/m"; [ "$p" = int8 ] && m="$out/m8"
       "$RN50" bench infer --model "$m" --device "$DEV" --precision "$p" --batch-sizes "$b" --crop-size "$C" \
-        --benchmark-steps "$S" --benchmark-warmup-steps "$W" --report-file "$out/rn50_${p}_${b}_$i.jsonl" > /dev/null
+        --benchmark-steps "$S" --benchmark-warmup-steps "$W" "${PEAK_ARGS[@]}" \
+        --report-file "$out/rn50_${p}_${b}_$i.jsonl" > /dev/null
       if [ "$p" = int8 ]; then
         "$PY" "$PEER" --bench infer --device cpu --precision int8 --arch "$A" --batch-size "$b" \
           --crop-size "$C" --steps "$S" --warmup-steps "$W" 2>/dev/null | tail -1 > "$out/tint8_${p}_${b}_$i.json"
@@ -107,7 +111,8 @@ def load(name, b):
     if not rows: return None
     ips = statistics.median([x.get("infer.ips", x.get("ips")) for x in rows])
     p99 = statistics.median([x.get("infer.latency_p99_ms", x.get("latency_ms_p99")) for x in rows])
-    return ips, p99
+    shares = [x["peak_share"] for x in rows if x.get("peak_share") is not None]
+    return ips, p99, (statistics.median(shares) if shares else None)
 print(f"{arch} {crop}px {dev} inference, median of {r} runs each, same run (img/s, p99 latency ms)")
 print(f"{'batch':>5} {'engine':<28} {'img/s':>9} {'p99 ms':>8}   rn50 (same precision) over it")
 for b in bs:
@@ -135,5 +140,7 @@ for b in bs:
         ratio = "" if name.startswith("rn50") or own.get(p) is None else f"{own[p][0] / v[0]:.2f}x"
         if name == "rn50 int8" and own.get("fp32"):
             ratio = f"{v[0] / own['fp32'][0]:.2f}x rn50 fp32"
+        if name.startswith("rn50") and v[2] is not None:
+            ratio = (ratio + ", " if ratio else "") + f"{100 * v[2]:.1f}% of the {p} peak"
         print(f"{b:>5} {name:<28} {v[0]:>9.2f} {v[1]:>8.1f}   {ratio}")
 PY

@@ -59,10 +59,15 @@ std::string peak_precision(const std::string& precision);
 /// Sets the roofline fields of a benchmark record (benchmark, infer_benchmark):
 /// "gflops_per_image", "achieved_gflops" = ips x gflops_per_image, and when `peaks` holds a
 /// peak for peak_precision(precision) on `device`: "peak_gflops", "peak_op" and "peak_share"
-/// = achieved / peak. Returns the share, or -1 when there is none.
-double set_roofline_fields(ReportRecord& r, double gflops_per_image, double ips,
-                           const PeakTable* peaks, const std::string& precision,
-                           const std::string& device);
+/// = achieved / peak. Returns that peak (a record of `peaks`; nullptr when there is none) and
+/// the share (-1 when there is none).
+struct RooflineShare {
+  const PeakRecord* peak = nullptr;
+  double share = -1;
+};
+RooflineShare set_roofline_fields(ReportRecord& r, double gflops_per_image, double ips,
+                                  const PeakTable* peaks, const std::string& precision,
+                                  const std::string& device);
 
 /// One timed peak measurement of `rn50 bench peak`.
 struct PeakMeasurement {

@@ -62,19 +62,19 @@ std::string peak_precision(const std::string& precision) {
   return precision;
 }
 
-double set_roofline_fields(ReportRecord& r, double gflops_per_image, double ips,
-                           const PeakTable* peaks, const std::string& precision,
-                           const std::string& device) {
+RooflineShare set_roofline_fields(ReportRecord& r, double gflops_per_image, double ips,
+                                  const PeakTable* peaks, const std::string& precision,
+                                  const std::string& device) {
   const double achieved = ips * gflops_per_image;
   r.set("gflops_per_image", gflops_per_image);
   r.set("achieved_gflops", achieved);
   const PeakRecord* p = peaks ? peaks->best(peak_precision(precision), device) : nullptr;
-  if (!p) return -1;
+  if (!p) return {};
   const double share = achieved / p->gflops;
   r.set("peak_gflops", p->gflops);
   r.set("peak_op", p->op);
   r.set("peak_share", share);
-  return share;
+  return {p, share};
 }
 
 }  // namespace rn50

@@ -281,7 +281,8 @@ std::vector<InferBenchPoint> time_engine(InferenceEngine& engine, const InferBen
         .set("precision", engine.precision())
         .set("device", device);
     const double share = set_roofline_fields(r, gflops_per_image, p.ips, peaks ? &*peaks : nullptr,
-                                             engine.precision(), device);
+                                             engine.precision(), device)
+                             .share;
     out << fmt::format("{:>6} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>9.1f} "
                        "{:>7}\n",
                        b, p.ips, p.latency_avg_ms, p.latency_p50_ms, p.latency_p90_ms,

@@ -158,11 +158,9 @@ TrainBenchmarkResult run_train_benchmark(Session& s) {
               static_cast<double>(mem) / (1 << 30));
   }
   s.set_loss_scale_fields(rec);
-  const double share =
+  const auto [peak, share] =
       set_roofline_fields(rec, gflops_per_image, job_ips, peaks ? &*peaks : nullptr,
                           precision_name(s.precision), s.device.name);
-  const PeakRecord* peak =
-      peaks ? peaks->best(peak_precision(precision_name(s.precision)), s.device.name) : nullptr;
   s.log.out("benchmark: {:.3f} GFLOP per image (3 x forward), {:.1f} GFLOP/s achieved{}\n",
             gflops_per_image, job_ips * gflops_per_image,
             peak ? fmt::format(", {:.1f}% of the measured {} peak ({:.1f} GFLOP/s, {})",
