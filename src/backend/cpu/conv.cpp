@@ -14,8 +14,11 @@
 // 31.8 -> 14.3). The result differs from direct convolution by rounding only (relative error
 // about 1e-6 to 1e-5 in f32; Lavin & Gray, "Fast Algorithms for Convolutional Neural
 // Networks", CVPR 2016). FLOP counts and GFLOP/s stay those of the direct convolution.
+// 1x1 convolutions on NHWC activations may run as oneDNN matmuls instead (bf16 on AMX CPUs by
+// default, backward only; conv_algo.h, conv_matmul.cpp).
 #include <algorithm>
 
+#include "backend/cpu/conv_matmul.h"
 #include "backend/cpu/onednn_backend.h"
 #include "core/check.h"
 #include "rn50/profile.h"
@@ -61,6 +64,10 @@ memory::desc any_w(const Geo& g) { return md_of(wdims(g), g.dt, tag::any); }
 memory::desc user_w(const Geo& g, const Tensor& w) {
   return md_of(wdims(g), g.dt, w.layout() == Layout::NHWC ? tag::ohwi : tag::oihw);
 }
+
+/// The algorithm policy as a cache-key entry: a conv cached under one policy is not reused
+/// under another (set_conv_algo in tests).
+int64_t algo_key() { return static_cast<int64_t>(conv_algo()); }
 
 /// Whether this conv may run as Winograd (see the file comment): f32, 3x3, stride 1, pad 1,
 /// and Winograd allowed (conv_winograd_allowed). oneDNN may still decline a shape (then: direct).
@@ -179,7 +186,8 @@ const void* conv_weights(OnednnBackend& be, ConvEntry& e, const Tensor& w, const
 void OnednnBackend::conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w,
                                Tensor& y) {
   const Geo g = conv_geo("conv2d_fwd", p, x, w, y);
-  Key k = key(Tag::conv_fwd).add(x).add(w).add(y).add(p.stride).add(p.pad);
+  if (conv1x1_as_matmul(ConvDir::fwd, p, x, w, y)) return conv1x1_fwd_matmul(*this, p, x, w, y);
+  Key k = key(Tag::conv_fwd).add(x).add(w).add(y).add(p.stride).add(p.pad).add(algo_key());
   auto& e = cached<ConvEntry>(k, [&] {
     return with_algorithm(winograd_candidate(p, g), [&](algorithm alg) {
       auto r = std::make_unique<ConvEntry>();
@@ -209,7 +217,10 @@ void OnednnBackend::conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Ten
 void OnednnBackend::conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
                                     Tensor& dx) {
   const Geo g = conv_geo("conv2d_bwd_data", p, dx, w, dy);
-  Key k = key(Tag::conv_bwd_data).add(dy).add(w).add(dx).add(p.stride).add(p.pad);
+  if (conv1x1_as_matmul(ConvDir::bwd_data, p, dx, w, dy))
+    return conv1x1_bwd_data_matmul(*this, p, dy, w, dx);
+  Key k =
+      key(Tag::conv_bwd_data).add(dy).add(w).add(dx).add(p.stride).add(p.pad).add(algo_key());
   auto& e = cached<ConvEntry>(k, [&] {
     return with_algorithm(winograd_candidate(p, g), [&](algorithm alg) {
       auto r = std::make_unique<ConvEntry>();
@@ -242,7 +253,10 @@ void OnednnBackend::conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, con
 void OnednnBackend::conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
                                        Tensor& dw) {
   const Geo g = conv_geo("conv2d_bwd_weights", p, x, dw, dy);
-  Key k = key(Tag::conv_bwd_weights).add(x).add(dy).add(dw).add(p.stride).add(p.pad);
+  if (conv1x1_as_matmul(ConvDir::bwd_weights, p, x, dw, dy))
+    return conv1x1_bwd_weights_matmul(*this, p, x, dy, dw);
+  Key k = key(Tag::conv_bwd_weights).add(x).add(dy).add(dw).add(p.stride).add(p.pad).add(
+      algo_key());
   auto& e = cached<ConvEntry>(k, [&] {
     return with_algorithm(winograd_candidate(p, g), [&](algorithm alg) {
       auto r = std::make_unique<ConvEntry>();

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -196,18 +197,49 @@ void OnednnBackend::run(Exec& e) {
              static_cast<int>(st));
 }
 
-bool conv_winograd_allowed() {
-  static const int allowed = [] {
+namespace {
+/// -1: not set by set_conv_algo (then RN50_CONV_ALGO decides).
+std::atomic<int> g_conv_algo_override{-1};
+}  // namespace
+
+ConvAlgo conv_algo() {
+  const int o = g_conv_algo_override.load(std::memory_order_relaxed);
+  if (o >= 0) return static_cast<ConvAlgo>(o);
+  static const int from_env = [] {
     const char* v = std::getenv("RN50_CONV_ALGO");
-    if (v == nullptr || std::strcmp(v, "auto") == 0 || std::strcmp(v, "winograd") == 0) return 1;
-    if (std::strcmp(v, "direct") == 0) return 0;
+    if (v == nullptr || std::strcmp(v, "auto") == 0 || std::strcmp(v, "winograd") == 0)
+      return static_cast<int>(ConvAlgo::automatic);
+    if (std::strcmp(v, "direct") == 0) return static_cast<int>(ConvAlgo::direct);
+    if (std::strcmp(v, "matmul") == 0) return static_cast<int>(ConvAlgo::matmul);
     return -1;
   }();
-  RN50_CHECK(allowed >= 0,
+  RN50_CHECK(from_env >= 0,
              "environment variable RN50_CONV_ALGO is '{}': use auto (Winograd for f32 3x3 "
-             "stride-1 convolutions where oneDNN has it), winograd (the same) or direct",
+             "stride-1 convolutions, the backward of 1x1 convolutions as matmuls in bf16 on AMX "
+             "CPUs), winograd (the same), direct (oneDNN's direct convolution only) or matmul (as "
+             "auto, and 1x1 convolutions as matmuls in every direction and precision)",
              std::getenv("RN50_CONV_ALGO"));
-  return allowed == 1;
+  return static_cast<ConvAlgo>(from_env);
+}
+
+void set_conv_algo(std::optional<ConvAlgo> a) {
+  g_conv_algo_override.store(a ? static_cast<int>(*a) : -1, std::memory_order_relaxed);
+}
+
+bool conv_winograd_allowed() { return conv_algo() != ConvAlgo::direct; }
+
+bool conv1x1_matmul_allowed(DType dt, ConvDir dir) {
+  switch (conv_algo()) {
+    case ConvAlgo::direct: return false;
+    case ConvAlgo::matmul: return dt == DType::f32 || dt == DType::bf16;
+    case ConvAlgo::automatic: break;
+  }
+  if (dt != DType::bf16 || dir == ConvDir::fwd) return false;
+  static const bool amx = [] {
+    const auto amx_isa = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+    return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & amx_isa) == amx_isa;
+  }();
+  return amx;
 }
 
 void* OnednnBackend::scratch(ScratchSlot slot, size_t bytes) {
