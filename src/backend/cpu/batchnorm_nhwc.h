@@ -1,0 +1,34 @@
+// rn50: training batch normalisation of bf16 NHWC activations, our own loops (batchnorm_nhwc.cpp).
+#pragma once
+
+#include <cstdint>
+
+namespace rn50::onednn {
+
+/// Training forward of BatchNorm2d (+ ReLU when `relu`) over bf16 activations in NHWC, seen as
+/// M = N*H*W rows of C channels (bf16 bits, row-major): per channel the batch mean and the
+/// BIASED batch variance over the M rows (into save_mean / save_var, f32 [C]; torch's and
+/// oneDNN's training statistics), then y = (x - mean) / sqrt(var + eps) * gamma + beta, ReLU'd
+/// when `relu`, rounded once to bf16 (nearest even). Sums in f32 over chunks of 64 rows, the
+/// chunks in f64, every value shifted by the channel's first one (so that E[x^2] - E[x]^2 does
+/// not cancel when the mean is large against the spread). Needs M >= 1; x and y may alias.
+/// Two passes over x and one over y: at memory speed, where oneDNN 2.6's bf16 nspc kernel runs
+/// at about half of it (see batchnorm.cpp).
+void bn_bf16_nhwc_fwd_train(const uint16_t* x, uint16_t* y, int64_t M, int64_t C,
+                            const float* gamma, const float* beta, float eps, bool relu,
+                            float* save_mean, float* save_var);
+
+/// Backward of the same layer: with g = dy where y > 0, else 0 (when `relu`; y is the forward's
+/// output, bf16 [M, C]; unused and may be null otherwise) or g = dy, xhat = (x - mean) * rstd,
+/// rstd = 1 / sqrt(var + eps):
+///   dbeta = sum_rows g,  dgamma = sum_rows g * xhat,
+///   dx = gamma * rstd * (g - dbeta / M - xhat * dgamma / M)
+/// (the batch-statistics backward of Ioffe & Szegedy, "Batch Normalization", ICML 2015, sec. 3;
+/// what torch.nn.BatchNorm2d's autograd computes). x, dy, dx bf16 [M, C] (dx may alias dy);
+/// gamma, save_mean, save_var (biased, from the forward), dgamma, dbeta f32 [C]. Sums as in the
+/// forward. Two passes over x, dy (and y).
+void bn_bf16_nhwc_bwd(const uint16_t* x, const uint16_t* y, const uint16_t* dy, uint16_t* dx,
+                      int64_t M, int64_t C, const float* gamma, const float* save_mean,
+                      const float* save_var, float eps, bool relu, float* dgamma, float* dbeta);
+
+}  // namespace rn50::onednn

@@ -1,0 +1,134 @@
+// oneDNN backend: training batch normalisation of bf16 NHWC activations, which runs our own
+// loops (src/backend/cpu/batchnorm_nhwc.cpp) rather than oneDNN's kernel. The op harness
+// (test_ops_conv_bn.cpp) checks it on small shapes; here, on a shape with many chunks of rows
+// per thread and a mean well away from zero: forward (y, batch and running statistics) and
+// backward (dx, dgamma, dbeta) with and without the ReLU against the float64 reference, the
+// result identical from call to call (the sums' order does not depend on timing), and x / y
+// (dy / dx) given as one buffer (in place) giving the same answer as separate buffers.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/onednn_backend.h"
+#include "op_backend_fixture.h"
+#include "rn50/backend.h"
+
+namespace rn50::test {
+namespace {
+
+constexpr DType B16 = DType::bf16;
+
+class BnBf16Nhwc : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!onednn::OnednnBackend::bf16_available()) GTEST_SKIP() << "no bf16 on this CPU";
+    be_ = make_backend("onednn");
+  }
+  Tensor rand(std::vector<int64_t> shape, double lo, double hi) {
+    return random_tensor(std::move(shape), rng_, lo, hi, F32, NCHW);
+  }
+  Tensor nan_out(std::vector<int64_t> shape, DType d, Layout l = NCHW) {
+    Tensor h = Tensor::empty(shape, F32, NCHW);
+    h.fill(std::numeric_limits<double>::quiet_NaN());
+    return upload(*be_, h, d, l);
+  }
+  static Tensor rin(const Tensor& host, DType d, Layout l) {
+    return convert(rounded(host, d), F64, l);
+  }
+  static Tensor rout(std::vector<int64_t> shape) { return Tensor::empty(std::move(shape), F64); }
+  void check(const std::string& what, const Tensor& dev, const Tensor& want, Tol t) {
+    EXPECT_TRUE(all_close(what, download(*be_, dev), want, t));
+  }
+  static bool same_bytes(const Tensor& a, const Tensor& b) {
+    return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+  }
+  std::unique_ptr<Backend> be_;
+  std::mt19937_64 rng_{7};
+};
+
+// N=4, C=48, 30x30: M = 3600 rows, 57 chunks of 64 shared by the threads.
+TEST_F(BnBf16Nhwc, ForwardAndBackwardMatchTheReference) {
+  Backend& ref = ref_backend();
+  const std::vector<int64_t> shape{4, 48, 30, 30};
+  const int64_t C = shape[1];
+  for (bool relu : {false, true}) {
+    SCOPED_TRACE(relu ? "relu" : "no relu");
+    BatchNormParams p;
+    p.relu = relu;
+    Tensor x = rand(shape, 2.0, 6.0), dy = rand(shape, -1, 1);  // mean 4, spread 2
+    Tensor g = rand({C}, 0.5, 1.5), b = rand({C}, -0.5, 0.5);
+    Tensor rm0 = rand({C}, -0.2, 0.2), rv0 = rand({C}, 0.5, 2);
+    Tensor rm = upload(*be_, rm0, F32, NCHW), rv = upload(*be_, rv0, F32, NCHW);
+    Tensor xd = upload(*be_, x, B16, NHWC), gd = upload(*be_, g, F32, NCHW);
+    Tensor y = nan_out(shape, B16, NHWC), sm = nan_out({C}, F32), sv = nan_out({C}, F32);
+    be_->batchnorm_fwd_train(p, xd, gd, upload(*be_, b, F32, NCHW), rm, rv, y, sm, sv);
+    Tensor rmr = rin(rm0, F32, NCHW), rvr = rin(rv0, F32, NCHW);
+    Tensor yr = rout(shape), smr = rout({C}), svr = rout({C});
+    ref.batchnorm_fwd_train(p, rin(x, B16, NHWC), rin(g, F32, NCHW), rin(b, F32, NCHW), rmr, rvr,
+                            yr, smr, svr);
+    const Tol fwd = for_dtype(kBnFwd, B16);
+    check("y", y, yr, fwd);
+    // The statistics are f32 sums of exact bf16 values: held to f32 tolerances.
+    check("save_mean", sm, smr, kBnFwd);
+    check("save_var", sv, svr, kBnFwd);
+    check("running_mean", rm, rmr, kBnFwd);
+    check("running_var", rv, rvr, kBnFwd);
+
+    Tensor dyd = upload(*be_, dy, B16, NHWC);
+    Tensor dx = nan_out(shape, B16, NHWC), dg = nan_out({C}, F32), db = nan_out({C}, F32);
+    be_->batchnorm_bwd(p, xd, y, dyd, gd, sm, sv, dx, dg, db);
+    // The reference gets the backend's own forward results (y rounded to bf16, statistics).
+    Tensor dxr = rout(shape), dgr = rout({C}), dbr = rout({C});
+    ref.batchnorm_bwd(p, rin(x, B16, NHWC), convert(download(*be_, y), F64, NHWC),
+                      rin(dy, B16, NHWC), rin(g, F32, NCHW), convert(download(*be_, sm), F64),
+                      convert(download(*be_, sv), F64), dxr, dgr, dbr);
+    const Tol bwd = for_dtype(kBnBwd, B16);
+    check("dx", dx, dxr, bwd);
+    check("dgamma", dg, dgr, kBnBwd);
+    check("dbeta", db, dbr, kBnBwd);
+
+    // Again: bit for bit the same.
+    Tensor y2 = nan_out(shape, B16, NHWC), dx2 = nan_out(shape, B16, NHWC);
+    Tensor sm2 = nan_out({C}, F32), sv2 = nan_out({C}, F32);
+    Tensor dg2 = nan_out({C}, F32), db2 = nan_out({C}, F32);
+    be_->batchnorm_fwd_train(p, xd, gd, upload(*be_, b, F32, NCHW), rm, rv, y2, sm2, sv2);
+    be_->batchnorm_bwd(p, xd, y2, dyd, gd, sm2, sv2, dx2, dg2, db2);
+    EXPECT_TRUE(same_bytes(y, y2) && same_bytes(sm, sm2) && same_bytes(sv, sv2));
+    EXPECT_TRUE(same_bytes(dx, dx2) && same_bytes(dg, dg2) && same_bytes(db, db2));
+  }
+}
+
+TEST_F(BnBf16Nhwc, InPlaceEqualsOutOfPlace) {
+  const std::vector<int64_t> shape{2, 32, 9, 11};
+  const int64_t C = shape[1];
+  BatchNormParams p;
+  p.relu = true;
+  Tensor x = rand(shape, -1, 2), dy = rand(shape, -1, 1), g = rand({C}, 0.5, 1.5);
+  Tensor b = rand({C}, -0.5, 0.5), r0 = rand({C}, 0.5, 1);
+  Tensor gd = upload(*be_, g, F32, NCHW), bd = upload(*be_, b, F32, NCHW);
+  auto stats = [&] { return upload(*be_, r0, F32, NCHW); };
+  // Out of place.
+  Tensor xd = upload(*be_, x, B16, NHWC), y = nan_out(shape, B16, NHWC);
+  Tensor sm = nan_out({C}, F32), sv = nan_out({C}, F32), rm = stats(), rv = stats();
+  be_->batchnorm_fwd_train(p, xd, gd, bd, rm, rv, y, sm, sv);
+  Tensor dyd = upload(*be_, dy, B16, NHWC), dx = nan_out(shape, B16, NHWC);
+  Tensor dg = nan_out({C}, F32), db = nan_out({C}, F32);
+  be_->batchnorm_bwd(p, xd, y, dyd, gd, sm, sv, dx, dg, db);
+  // In place: y written over x's buffer (a copy of x kept for the backward), dx over dy's.
+  Tensor buf = upload(*be_, x, B16, NHWC), xkeep = upload(*be_, x, B16, NHWC);
+  Tensor sm2 = nan_out({C}, F32), sv2 = nan_out({C}, F32), rm2 = stats(), rv2 = stats();
+  be_->batchnorm_fwd_train(p, buf, gd, bd, rm2, rv2, buf, sm2, sv2);
+  EXPECT_TRUE(same_bytes(buf, y)) << "in-place forward";
+  Tensor gbuf = upload(*be_, dy, B16, NHWC);
+  Tensor dg2 = nan_out({C}, F32), db2 = nan_out({C}, F32);
+  be_->batchnorm_bwd(p, xkeep, buf, gbuf, gd, sm2, sv2, gbuf, dg2, db2);
+  EXPECT_TRUE(same_bytes(gbuf, dx)) << "in-place backward";
+  EXPECT_TRUE(same_bytes(dg2, dg) && same_bytes(db2, db));
+}
+
+}  // namespace
+}  // namespace rn50::test
