@@ -142,14 +142,10 @@ class OpsBackend : public ::testing::TestWithParam<HarnessParam> {
   Tensor up(const Tensor& host, DType d, Layout l) { return test::upload(*be_, host, d, l); }
   // Backend output tensor pre-filled with NaN.
   Tensor out(std::vector<int64_t> shape, DType d, Layout l = NCHW) {
-    Tensor h = Tensor::empty(shape, F32, NCHW);
-    h.fill(std::numeric_limits<double>::quiet_NaN());
-    return test::upload(*be_, h, d, l);
+    return test::nan_output(*be_, std::move(shape), d, l);
   }
   // Reference operand: f64 host tensor with the values a backend storing `host` in `d` sees.
-  static Tensor rin(const Tensor& host, DType d, Layout l) {
-    return convert(test::rounded(host, d), F64, l);
-  }
+  static Tensor rin(const Tensor& host, DType d, Layout l) { return test::ref_input(host, d, l); }
   static Tensor rout(std::vector<int64_t> shape, Layout l = NCHW) {
     return Tensor::empty(std::move(shape), F64, l);
   }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -74,6 +75,21 @@ inline Tensor download(Backend& be, const Tensor& dev) {
   be.copy(dev, h);
   be.synchronize();
   return convert(h, DType::f64, Layout::NCHW);
+}
+
+/// A tensor of `shape` on `be` in dtype `dt` and layout `layout`, every element NaN: an output
+/// that an op forgets to write (or accumulates into) fails the comparison.
+inline Tensor nan_output(Backend& be, std::vector<int64_t> shape, DType dt,
+                         Layout layout = Layout::NCHW) {
+  Tensor h = Tensor::empty(std::move(shape), DType::f32, Layout::NCHW);
+  h.fill(std::numeric_limits<double>::quiet_NaN());
+  return upload(be, h, dt, layout);
+}
+
+/// Reference operand: an f64 host tensor in `layout` holding the values a backend that stores
+/// `host` in dtype `dt` sees.
+inline Tensor ref_input(const Tensor& host, DType dt, Layout layout) {
+  return convert(rounded(host, dt), DType::f64, layout);
 }
 
 /// Tolerance |got - want| <= atol + rtol * |want|.

@@ -31,13 +31,8 @@ class BnBf16Nhwc : public ::testing::Test {
   Tensor rand(std::vector<int64_t> shape, double lo, double hi) {
     return random_tensor(std::move(shape), rng_, lo, hi, F32, NCHW);
   }
-  Tensor nan_out(std::vector<int64_t> shape, DType d, Layout l = NCHW) {
-    Tensor h = Tensor::empty(shape, F32, NCHW);
-    h.fill(std::numeric_limits<double>::quiet_NaN());
-    return upload(*be_, h, d, l);
-  }
-  static Tensor rin(const Tensor& host, DType d, Layout l) {
-    return convert(rounded(host, d), F64, l);
+  Tensor out(std::vector<int64_t> shape, DType d, Layout l = NCHW) {
+    return nan_output(*be_, std::move(shape), d, l);
   }
   static Tensor rout(std::vector<int64_t> shape) { return Tensor::empty(std::move(shape), F64); }
   void check(const std::string& what, const Tensor& dev, const Tensor& want, Tol t) {
@@ -64,12 +59,12 @@ TEST_F(BnBf16Nhwc, ForwardAndBackwardMatchTheReference) {
     Tensor rm0 = rand({C}, -0.2, 0.2), rv0 = rand({C}, 0.5, 2);
     Tensor rm = upload(*be_, rm0, F32, NCHW), rv = upload(*be_, rv0, F32, NCHW);
     Tensor xd = upload(*be_, x, B16, NHWC), gd = upload(*be_, g, F32, NCHW);
-    Tensor y = nan_out(shape, B16, NHWC), sm = nan_out({C}, F32), sv = nan_out({C}, F32);
+    Tensor y = out(shape, B16, NHWC), sm = out({C}, F32), sv = out({C}, F32);
     be_->batchnorm_fwd_train(p, xd, gd, upload(*be_, b, F32, NCHW), rm, rv, y, sm, sv);
-    Tensor rmr = rin(rm0, F32, NCHW), rvr = rin(rv0, F32, NCHW);
+    Tensor rmr = ref_input(rm0, F32, NCHW), rvr = ref_input(rv0, F32, NCHW);
     Tensor yr = rout(shape), smr = rout({C}), svr = rout({C});
-    ref.batchnorm_fwd_train(p, rin(x, B16, NHWC), rin(g, F32, NCHW), rin(b, F32, NCHW), rmr, rvr,
-                            yr, smr, svr);
+    ref.batchnorm_fwd_train(p, ref_input(x, B16, NHWC), ref_input(g, F32, NCHW),
+                            ref_input(b, F32, NCHW), rmr, rvr, yr, smr, svr);
     const Tol fwd = for_dtype(kBnFwd, B16);
     check("y", y, yr, fwd);
     // The statistics are f32 sums of exact bf16 values: held to f32 tolerances.
@@ -79,22 +74,23 @@ TEST_F(BnBf16Nhwc, ForwardAndBackwardMatchTheReference) {
     check("running_var", rv, rvr, kBnFwd);
 
     Tensor dyd = upload(*be_, dy, B16, NHWC);
-    Tensor dx = nan_out(shape, B16, NHWC), dg = nan_out({C}, F32), db = nan_out({C}, F32);
+    Tensor dx = out(shape, B16, NHWC), dg = out({C}, F32), db = out({C}, F32);
     be_->batchnorm_bwd(p, xd, y, dyd, gd, sm, sv, dx, dg, db);
     // The reference gets the backend's own forward results (y rounded to bf16, statistics).
     Tensor dxr = rout(shape), dgr = rout({C}), dbr = rout({C});
-    ref.batchnorm_bwd(p, rin(x, B16, NHWC), convert(download(*be_, y), F64, NHWC),
-                      rin(dy, B16, NHWC), rin(g, F32, NCHW), convert(download(*be_, sm), F64),
-                      convert(download(*be_, sv), F64), dxr, dgr, dbr);
+    ref.batchnorm_bwd(p, ref_input(x, B16, NHWC), convert(download(*be_, y), F64, NHWC),
+                      ref_input(dy, B16, NHWC), ref_input(g, F32, NCHW),
+                      convert(download(*be_, sm), F64), convert(download(*be_, sv), F64), dxr, dgr,
+                      dbr);
     const Tol bwd = for_dtype(kBnBwd, B16);
     check("dx", dx, dxr, bwd);
     check("dgamma", dg, dgr, kBnBwd);
     check("dbeta", db, dbr, kBnBwd);
 
     // Again: bit for bit the same.
-    Tensor y2 = nan_out(shape, B16, NHWC), dx2 = nan_out(shape, B16, NHWC);
-    Tensor sm2 = nan_out({C}, F32), sv2 = nan_out({C}, F32);
-    Tensor dg2 = nan_out({C}, F32), db2 = nan_out({C}, F32);
+    Tensor y2 = out(shape, B16, NHWC), dx2 = out(shape, B16, NHWC);
+    Tensor sm2 = out({C}, F32), sv2 = out({C}, F32);
+    Tensor dg2 = out({C}, F32), db2 = out({C}, F32);
     be_->batchnorm_fwd_train(p, xd, gd, upload(*be_, b, F32, NCHW), rm, rv, y2, sm2, sv2);
     be_->batchnorm_bwd(p, xd, y2, dyd, gd, sm2, sv2, dx2, dg2, db2);
     EXPECT_TRUE(same_bytes(y, y2) && same_bytes(sm, sm2) && same_bytes(sv, sv2));
@@ -112,19 +108,19 @@ TEST_F(BnBf16Nhwc, InPlaceEqualsOutOfPlace) {
   Tensor gd = upload(*be_, g, F32, NCHW), bd = upload(*be_, b, F32, NCHW);
   auto stats = [&] { return upload(*be_, r0, F32, NCHW); };
   // Out of place.
-  Tensor xd = upload(*be_, x, B16, NHWC), y = nan_out(shape, B16, NHWC);
-  Tensor sm = nan_out({C}, F32), sv = nan_out({C}, F32), rm = stats(), rv = stats();
+  Tensor xd = upload(*be_, x, B16, NHWC), y = out(shape, B16, NHWC);
+  Tensor sm = out({C}, F32), sv = out({C}, F32), rm = stats(), rv = stats();
   be_->batchnorm_fwd_train(p, xd, gd, bd, rm, rv, y, sm, sv);
-  Tensor dyd = upload(*be_, dy, B16, NHWC), dx = nan_out(shape, B16, NHWC);
-  Tensor dg = nan_out({C}, F32), db = nan_out({C}, F32);
+  Tensor dyd = upload(*be_, dy, B16, NHWC), dx = out(shape, B16, NHWC);
+  Tensor dg = out({C}, F32), db = out({C}, F32);
   be_->batchnorm_bwd(p, xd, y, dyd, gd, sm, sv, dx, dg, db);
   // In place: y written over x's buffer (a copy of x kept for the backward), dx over dy's.
   Tensor buf = upload(*be_, x, B16, NHWC), xkeep = upload(*be_, x, B16, NHWC);
-  Tensor sm2 = nan_out({C}, F32), sv2 = nan_out({C}, F32), rm2 = stats(), rv2 = stats();
+  Tensor sm2 = out({C}, F32), sv2 = out({C}, F32), rm2 = stats(), rv2 = stats();
   be_->batchnorm_fwd_train(p, buf, gd, bd, rm2, rv2, buf, sm2, sv2);
   EXPECT_TRUE(same_bytes(buf, y)) << "in-place forward";
   Tensor gbuf = upload(*be_, dy, B16, NHWC);
-  Tensor dg2 = nan_out({C}, F32), db2 = nan_out({C}, F32);
+  Tensor dg2 = out({C}, F32), db2 = out({C}, F32);
   be_->batchnorm_bwd(p, xkeep, buf, gbuf, gd, sm2, sv2, gbuf, dg2, db2);
   EXPECT_TRUE(same_bytes(gbuf, dx)) << "in-place backward";
   EXPECT_TRUE(same_bytes(dg2, dg) && same_bytes(db2, db));

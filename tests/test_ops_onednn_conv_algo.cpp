@@ -56,13 +56,8 @@ class Conv1x1Matmul : public ::testing::Test {
   Tensor rand(std::vector<int64_t> shape, double lo = -1, double hi = 1) {
     return random_tensor(std::move(shape), rng_, lo, hi, F32, NCHW);
   }
-  Tensor nan_out(std::vector<int64_t> shape, DType d, Layout l) {
-    Tensor h = Tensor::empty(shape, F32, NCHW);
-    h.fill(std::numeric_limits<double>::quiet_NaN());
-    return upload(*be_, h, d, l);
-  }
-  static Tensor rin(const Tensor& host, DType d, Layout l) {
-    return convert(rounded(host, d), F64, l);
+  Tensor out(std::vector<int64_t> shape, DType d, Layout l = NCHW) {
+    return nan_output(*be_, std::move(shape), d, l);
   }
   static Tensor rout(std::vector<int64_t> shape) { return Tensor::empty(std::move(shape), F64); }
   void check(const std::string& what, const Tensor& dev, const Tensor& want, DType d) {
@@ -85,18 +80,18 @@ TEST_F(Conv1x1Matmul, AllDirectionsMatchTheReference) {
       Tensor dy = rand({s.N, s.K, s.OH(), s.OW()});
       Tensor yr = rout({s.N, s.K, s.OH(), s.OW()}), dxr = rout({s.N, s.C, s.H, s.W});
       Tensor dwr = rout({s.K, s.C, 1, 1});
-      ref.conv2d_fwd(p, rin(x, d, NHWC), rin(w, d, NCHW), yr);
-      ref.conv2d_bwd_data(p, rin(dy, d, NHWC), rin(w, d, NCHW), dxr);
-      ref.conv2d_bwd_weights(p, rin(x, d, NHWC), rin(dy, d, NHWC), dwr);
+      ref.conv2d_fwd(p, ref_input(x, d, NHWC), ref_input(w, d, NCHW), yr);
+      ref.conv2d_bwd_data(p, ref_input(dy, d, NHWC), ref_input(w, d, NCHW), dxr);
+      ref.conv2d_bwd_weights(p, ref_input(x, d, NHWC), ref_input(dy, d, NHWC), dwr);
       for (Layout wl : {NCHW, NHWC}) {
         const std::string wn = std::string("(weights ") + layout_name(wl) + ")";
-        Tensor y = nan_out({s.N, s.K, s.OH(), s.OW()}, d, NHWC);
+        Tensor y = out({s.N, s.K, s.OH(), s.OW()}, d, NHWC);
         be_->conv2d_fwd(p, upload(*be_, x, d, NHWC), upload(*be_, w, d, wl), y);
         check("conv2d_fwd y " + wn, y, yr, d);
-        Tensor dx = nan_out({s.N, s.C, s.H, s.W}, d, NHWC);
+        Tensor dx = out({s.N, s.C, s.H, s.W}, d, NHWC);
         be_->conv2d_bwd_data(p, upload(*be_, dy, d, NHWC), upload(*be_, w, d, wl), dx);
         check("conv2d_bwd_data dx " + wn, dx, dxr, d);
-        Tensor dw = nan_out({s.K, s.C, 1, 1}, d, wl);
+        Tensor dw = out({s.K, s.C, 1, 1}, d, wl);
         be_->conv2d_bwd_weights(p, upload(*be_, x, d, NHWC), upload(*be_, dy, d, NHWC), dw);
         check("conv2d_bwd_weights dw " + wn, dw, dwr, d);
       }
@@ -110,7 +105,7 @@ TEST_F(Conv1x1Matmul, StridedDataGradientZeroesTheSkippedPositions) {
   AlgoScope forced(ConvAlgo::matmul);
   const Conv2dParams p{2, 0};
   Tensor dy = rand({1, 8, 3, 3}), w = rand({8, 16, 1, 1});
-  Tensor dx = nan_out({1, 16, 5, 5}, DType::f32, NHWC);
+  Tensor dx = out({1, 16, 5, 5}, DType::f32, NHWC);
   be_->conv2d_bwd_data(p, upload(*be_, dy, DType::f32, NHWC),
                        upload(*be_, w, DType::f32, NCHW), dx);
   const Tensor h = convert(download(*be_, dx), F64, NCHW);

@@ -125,18 +125,41 @@ bool conv1x1_as_matmul(ConvDir dir, const Conv2dParams& p, const Tensor& act, co
          conv1x1_matmul_allowed(act.dtype(), dir);
 }
 
-void conv1x1_fwd_matmul(OnednnBackend& be, const Conv2dParams& p, const Tensor& x,
-                        const Tensor& w, Tensor& y) {
-  Key k = key(Tag::conv_matmul).add(0).add(x).add(w).add(y).add(p.stride);
-  auto& e = be.cached<MatmulEntry>(k, [&] {
+namespace {
+
+/// The cached matmul (and stride geometry) of direction `dir` of the conv between activation
+/// `a` (x or dx), weights `w` (or dw) and output-side activation `o` (y or dy).
+MatmulEntry& entry_for(OnednnBackend& be, ConvDir dir, const Conv2dParams& p, const Tensor& a,
+                       const Tensor& w, const Tensor& o) {
+  Key k = key(Tag::conv_matmul).add(static_cast<int64_t>(dir)).add(a).add(w).add(o).add(p.stride);
+  return be.cached<MatmulEntry>(k, [&] {
     auto r = std::make_unique<MatmulEntry>();
-    r->sub = strided_of(p, x, y);
-    const DType dt = x.dtype();
-    const int64_t P = y.n() * y.h() * y.w(), C = x.c(), K = y.c();
-    r->mm = make_matmul(be, mat(P, C, dt, tag::ab), mat(C, K, dt, tag::ba),
-                        mat(P, K, dt, tag::ab));
+    r->sub = strided_of(p, a, o);
+    const DType dt = a.dtype();
+    const int64_t P = o.n() * o.h() * o.w(), C = a.c(), K = o.c();
+    switch (dir) {
+      case ConvDir::fwd:  // Y[P,K] = Xs[P,C] . W^T
+        r->mm = make_matmul(be, mat(P, C, dt, tag::ab), mat(C, K, dt, tag::ba),
+                            mat(P, K, dt, tag::ab));
+        break;
+      case ConvDir::bwd_data:  // dXs[P,C] = dY[P,K] . W[K,C]
+        r->mm = make_matmul(be, mat(P, K, dt, tag::ab), mat(K, C, dt, tag::ab),
+                            mat(P, C, dt, tag::ab));
+        break;
+      case ConvDir::bwd_weights:  // dW[K,C] = dY^T[K,P] . Xs[P,C]
+        r->mm = make_matmul(be, mat(K, P, dt, tag::ba), mat(P, C, dt, tag::ab),
+                            mat(K, C, dt, tag::ab));
+        break;
+    }
     return r;
   });
+}
+
+}  // namespace
+
+void conv1x1_fwd_matmul(OnednnBackend& be, const Conv2dParams& p, const Tensor& x,
+                        const Tensor& w, Tensor& y) {
+  MatmulEntry& e = entry_for(be, ConvDir::fwd, p, x, w, y);
   e.mm.set(DNNL_ARG_SRC, gathered(be, e, x));
   e.mm.set(DNNL_ARG_WEIGHTS, w.data());
   e.mm.set(DNNL_ARG_DST, y.data());
@@ -145,16 +168,7 @@ void conv1x1_fwd_matmul(OnednnBackend& be, const Conv2dParams& p, const Tensor& 
 
 void conv1x1_bwd_data_matmul(OnednnBackend& be, const Conv2dParams& p, const Tensor& dy,
                              const Tensor& w, Tensor& dx) {
-  Key k = key(Tag::conv_matmul).add(1).add(dy).add(w).add(dx).add(p.stride);
-  auto& e = be.cached<MatmulEntry>(k, [&] {
-    auto r = std::make_unique<MatmulEntry>();
-    r->sub = strided_of(p, dx, dy);
-    const DType dt = dx.dtype();
-    const int64_t P = dy.n() * dy.h() * dy.w(), C = dx.c(), K = dy.c();
-    r->mm = make_matmul(be, mat(P, K, dt, tag::ab), mat(K, C, dt, tag::ab),
-                        mat(P, C, dt, tag::ab));
-    return r;
-  });
+  MatmulEntry& e = entry_for(be, ConvDir::bwd_data, p, dx, w, dy);
   const bool strided = e.sub.s > 1;
   void* dst = strided ? be.scratch(kScratchAct0, e.sub.dense_bytes()) : dx.data();
   e.mm.set(DNNL_ARG_SRC, dy.data());
@@ -169,16 +183,7 @@ void conv1x1_bwd_data_matmul(OnednnBackend& be, const Conv2dParams& p, const Ten
 
 void conv1x1_bwd_weights_matmul(OnednnBackend& be, const Conv2dParams& p, const Tensor& x,
                                 const Tensor& dy, Tensor& dw) {
-  Key k = key(Tag::conv_matmul).add(2).add(x).add(dy).add(dw).add(p.stride);
-  auto& e = be.cached<MatmulEntry>(k, [&] {
-    auto r = std::make_unique<MatmulEntry>();
-    r->sub = strided_of(p, x, dy);
-    const DType dt = x.dtype();
-    const int64_t P = dy.n() * dy.h() * dy.w(), C = x.c(), K = dy.c();
-    r->mm = make_matmul(be, mat(K, P, dt, tag::ba), mat(P, C, dt, tag::ab),
-                        mat(K, C, dt, tag::ab));
-    return r;
-  });
+  MatmulEntry& e = entry_for(be, ConvDir::bwd_weights, p, x, dw, dy);
   e.mm.set(DNNL_ARG_SRC, dy.data());
   e.mm.set(DNNL_ARG_WEIGHTS, gathered(be, e, x));
   e.mm.set(DNNL_ARG_DST, dw.data());
