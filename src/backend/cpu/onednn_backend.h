@@ -12,13 +12,15 @@
 // (format_tag::any) and cached reorders convert our OIHW f32 weights into it (and weight
 // gradients back to OIHW).
 //
-// Ops through oneDNN: conv2d (fwd, bwd data, bwd weights), batchnorm (train/infer forward with
-// fused ReLU; backward with the ReLU fused through the forward's bit-mask workspace, or, without
-// one, the mask from y via eltwise relu backward, then batch-norm backward), relu fwd/bwd
-// (eltwise), add / add_relu (binary with a relu post-op), maxpool forward and global average
-// pooling fwd/bwd (pooling), linear (inner product fwd/bwd data/bwd weights), layout changes in
-// copy() (reorder). Plain OpenMP loops: maxpool backward (torch's first-maximum routing),
-// softmax cross-entropy, normalize_u8, SGD, and the running-statistics update.
+// Ops through oneDNN: conv2d (fwd, bwd data, bwd weights; Winograd or, for some 1x1 convs, a
+// matmul by the policy of conv_algo.h), batchnorm (train/infer forward with fused ReLU; backward
+// with the ReLU fused through the forward's bit-mask workspace, or, without one, the mask from y
+// via eltwise relu backward, then batch-norm backward), relu fwd/bwd (eltwise), add / add_relu
+// (binary with a relu post-op), maxpool forward and global average pooling fwd/bwd (pooling),
+// linear (inner product fwd/bwd data/bwd weights), layout changes in copy() (reorder). Plain
+// OpenMP loops: bf16 NHWC batchnorm training forward and backward (batchnorm_nhwc.cpp), maxpool
+// backward (torch's first-maximum routing), softmax cross-entropy, normalize_u8, SGD, and the
+// running-statistics update.
 //
 // Not thread-safe: use one backend instance from one thread at a time (its ops are internally
 // parallel through OpenMP).
