@@ -239,7 +239,7 @@ void OnednnBackend::batchnorm_bwd(const BatchNormParams& p, const Tensor& x, con
                op);
     check_same_shape(op, x, "x", y, "y");
   }
-  if (own_bf16_nhwc({&x, p.relu ? &y : &dx, &dy, &dx})) {
+  if (own_bf16_nhwc({&x, &dy, &dx}) && (!p.relu || own_bf16_nhwc({&y}))) {
     bn_bf16_nhwc_bwd(x.data_as<const uint16_t>(),
                      p.relu ? y.data_as<const uint16_t>() : nullptr,
                      dy.data_as<const uint16_t>(), dx.data_as<uint16_t>(),

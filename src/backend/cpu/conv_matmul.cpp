@@ -116,17 +116,6 @@ const void* gathered(OnednnBackend& be, const MatmulEntry& e, const Tensor& x) {
   return buf;
 }
 
-}  // namespace
-
-bool conv1x1_as_matmul(ConvDir dir, const Conv2dParams& p, const Tensor& act, const Tensor& w,
-                       const Tensor& out) {
-  return w.ndim() == 4 && w.h() == 1 && w.w() == 1 && p.pad == 0 && act.ndim() == 4 &&
-         out.ndim() == 4 && act.layout() == Layout::NHWC && out.layout() == Layout::NHWC &&
-         conv1x1_matmul_allowed(act.dtype(), dir);
-}
-
-namespace {
-
 /// The cached matmul (and stride geometry) of direction `dir` of the conv between activation
 /// `a` (x or dx), weights `w` (or dw) and output-side activation `o` (y or dy).
 MatmulEntry& entry_for(OnednnBackend& be, ConvDir dir, const Conv2dParams& p, const Tensor& a,
@@ -156,6 +145,13 @@ MatmulEntry& entry_for(OnednnBackend& be, ConvDir dir, const Conv2dParams& p, co
 }
 
 }  // namespace
+
+bool conv1x1_as_matmul(ConvDir dir, const Conv2dParams& p, const Tensor& act, const Tensor& w,
+                       const Tensor& out) {
+  return w.ndim() == 4 && w.h() == 1 && w.w() == 1 && p.pad == 0 && act.ndim() == 4 &&
+         out.ndim() == 4 && act.layout() == Layout::NHWC && out.layout() == Layout::NHWC &&
+         conv1x1_matmul_allowed(act.dtype(), dir);
+}
 
 void conv1x1_fwd_matmul(OnednnBackend& be, const Conv2dParams& p, const Tensor& x,
                         const Tensor& w, Tensor& y) {
