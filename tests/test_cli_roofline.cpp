@@ -29,13 +29,14 @@ void expect_schema(const fs::path& file) {
       ADD_FAILURE() << file << ": " << p << "\n" << line.dump();
 }
 
-/// One fp32 peak file per test process (a matmul and a conv, one timed call each).
+/// One peak file per test process: fp32 (a matmul and a conv) and the memory roof (STREAM copy
+/// and triad), one timed call each.
 const fs::path& peak_file() {
   static TempDir dir("roofline_peak");
   static const fs::path f = [] {
     const fs::path p = dir.path / "peak.jsonl";
     std::string out;
-    const int rc = run_command(kCli + " bench peak --precisions fp32 --benchmark-steps 1 "
+    const int rc = run_command(kCli + " bench peak --precisions fp32,memory --benchmark-steps 1 "
                                       "--benchmark-warmup-steps 0 --report-file " +
                                    p.string(),
                                &out);
@@ -74,10 +75,21 @@ const json* op_row(const json& prof, const std::string& op) {
 }  // namespace
 
 TEST(CliRoofline, BenchPeakWritesATableAndRecords) {
-  const auto lines = of_type(read_jsonl(peak_file()), "peak");
-  ASSERT_EQ(lines.size(), 2u);
+  auto lines = of_type(read_jsonl(peak_file()), "peak");
+  ASSERT_EQ(lines.size(), 4u);
   EXPECT_EQ(lines[0]["op"], "matmul");
   EXPECT_EQ(lines[1]["op"], "conv3x3");
+  // The memory roof: STREAM copy (2 arrays) and triad (3), 64 Mi floats each.
+  for (int i : {2, 3}) {
+    const json& r = lines[i];
+    EXPECT_EQ(r["op"], i == 2 ? "copy" : "triad");
+    EXPECT_EQ(r["precision"], "memory");
+    EXPECT_DOUBLE_EQ(r["bytes_per_call"].get<double>(), (i == 2 ? 2 : 3) * 4.0 * (1 << 26));
+    EXPECT_NEAR(r["gbps"].get<double>(),
+                r["bytes_per_call"].get<double>() / r["seconds_median"].get<double>() / 1e9,
+                1e-6 * r["gbps"].get<double>());
+  }
+  lines.resize(2);
   for (const json& r : lines) {
     EXPECT_EQ(r["precision"], "fp32");
     EXPECT_EQ(r["device"], "cpu");
@@ -99,7 +111,7 @@ TEST(CliRoofline, BenchPeakWritesATableAndRecords) {
   EXPECT_NE(out.find("| matmul | int8 |"), std::string::npos) << out;
   EXPECT_NE(out.find("peak per precision"), std::string::npos) << out;
   EXPECT_EQ(run_command(kCli + " bench peak --precisions fp16", &out), 2) << out;
-  EXPECT_NE(out.find("fp32, bf16 and int8"), std::string::npos) << out;
+  EXPECT_NE(out.find("fp32, bf16, int8 and memory"), std::string::npos) << out;
 }
 
 // rn50 train --benchmark --profile --peak-file: the roofline fields and the per-op profile.
@@ -148,6 +160,24 @@ TEST(CliRoofline, TrainBenchmarkRooflineAndProfile) {
   EXPECT_NE(op_row(p, "sgd update"), nullptr);
   EXPECT_NE(op_row(p, "batchnorm bwd"), nullptr);
   EXPECT_TRUE((*op_row(p, "sgd update"))["gflops"].is_null());
+  // The roofline: both roofs from the peak file, every op's least time, the step's share.
+  ASSERT_TRUE(p.contains("roofline")) << p.dump();
+  const json& roof = p["roofline"];
+  EXPECT_GT(roof["memory_gbps"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(roof["peak_gflops"]["fp32"].get<double>(), best_fp32_peak());
+  const double roof_ms = roof["roof_ms_per_step"].get<double>();
+  double sum = 0;
+  for (const json& o : p["ops"]) sum += o["roof_ms_per_step"].get<double>();
+  EXPECT_NEAR(roof_ms, sum, 1e-9 * sum) << "the step's roofline time is its ops'";
+  EXPECT_NEAR(roof["roof_share"].get<double>(), roof_ms / p["step_ms"].get<double>(), 1e-12);
+  EXPECT_GT(roof_ms, 0);
+  EXPECT_LT(roof_ms, p["step_ms"].get<double>()) << "no machine beats its own roofs";
+  const json& conv = *op_row(p, "conv fwd");
+  EXPECT_GT(conv["gbps"].get<double>(), 0);
+  EXPECT_GT(conv["roof_share"].get<double>(), 0);
+  EXPECT_GT((*op_row(p, "sgd update"))["gbps"].get<double>(), 0) << "bytes without FLOPs";
+  EXPECT_NE(out.find("| GB/s | roof ms | % of roof |"), std::string::npos) << out;
+  EXPECT_NE(out.find("roofline: the step needs"), std::string::npos) << out;
   expect_schema(report);
 
   // rn50 report: the throughput table's GFLOP/s and share columns, and the profile table.
@@ -160,7 +190,10 @@ TEST(CliRoofline, TrainBenchmarkRooflineAndProfile) {
             std::string::npos)
       << out;
   EXPECT_NE(out.find("### Per-op profile"), std::string::npos) << out;
+  EXPECT_NE(out.find("| GB/s | % of roof |"), std::string::npos) << out;
+  EXPECT_NE(out.find("(the step: roofline time)"), std::string::npos) << out;
   EXPECT_NE(out.find("### Measured peak"), std::string::npos) << out;
+  EXPECT_NE(out.find("| memory | triad |"), std::string::npos) << out;
 }
 
 // rn50 bench infer --profile --peak-file: forward GFLOP per image, share, one profile per batch.

@@ -114,6 +114,84 @@ TEST(OpProfiler, SummaryPerStepAndFamily) {
   EXPECT_EQ(profile_families_json(s)[0]["family"], "fam_a");
 }
 
+// The roofline time of each call is max(FLOP / peak of its precision, bytes / bandwidth);
+// a call without a peak for its precision leaves the op (and the step) without one; overhead
+// (no precision) asks for no time.
+TEST(OpProfiler, RooflineTimesPerOpAndStep) {
+  constexpr ProfileOp kCompute{"compute", "conv", "fwd"};
+  constexpr ProfileOp kStream{"stream", "batchnorm", "fwd"};
+  constexpr ProfileOp kOverhead{"overhead", "reorder", "-"};
+  constexpr ProfileOp kOdd{"odd", "qat", "-"};
+  Roof roof;
+  roof.gflops["fp32"] = 100;  // 1e11 FLOP/s
+  roof.gflops["bf16"] = 400;
+  roof.gbps = 10;  // 1e10 B/s
+  OpProfiler p;
+  p.set_roof(roof);
+  {
+    OpProfiler::Activation on(p);
+    { OpProfiler::Scope s(kCompute, 1e9, 1e6, "fp32"); }  // compute-bound: 10 ms
+    { OpProfiler::Scope s(kCompute, 4e9, 1e6, "bf16"); }  // compute-bound: 10 ms
+    { OpProfiler::Scope s(kStream, 1e6, 2e8, "fp32"); }   // memory-bound: 20 ms
+    { OpProfiler::Scope s(kOverhead, 0, 5e8, nullptr); }  // overhead: 0
+  }
+  p.add_step(1.0);
+  auto rows = p.rows();
+  EXPECT_NEAR(row(rows, "compute")->roof_seconds, 0.020, 1e-12);
+  EXPECT_NEAR(row(rows, "stream")->roof_seconds, 0.020, 1e-12);
+  EXPECT_DOUBLE_EQ(row(rows, "overhead")->roof_seconds, 0);
+  EXPECT_DOUBLE_EQ(row(rows, "overhead")->bytes, 5e8);
+  ProfileSummary s = summarize_profile(p);
+  ASSERT_TRUE(s.roof.has_value());
+  EXPECT_NEAR(s.roof_ms, 40.0, 1e-9);
+  for (const ProfileSummary::Op& o : s.ops) {
+    if (o.op == "overhead") {
+      EXPECT_DOUBLE_EQ(o.roof_ms, 0);
+      EXPECT_LT(o.roof_share, 0) << "no share for what the limits do not ask for";
+      EXPECT_GT(o.gbps, 0);
+    } else {
+      EXPECT_NEAR(o.roof_ms, 20.0, 1e-9) << o.op;
+      EXPECT_NEAR(o.roof_share, o.roof_ms / o.ms_per_step, 1e-9 * o.roof_share) << o.op;
+    }
+  }
+  std::string t = profile_table(s, "title");
+  EXPECT_NE(t.find("| roof ms | % of roof |"), std::string::npos) << t;
+  EXPECT_NE(t.find("the step needs 40.000 ms"), std::string::npos) << t;
+  EXPECT_NE(t.find("memory 10.0 GB/s"), std::string::npos) << t;
+  nlohmann::ordered_json j = profile_roof_json(s);
+  EXPECT_DOUBLE_EQ(j["roof_ms_per_step"].get<double>(), s.roof_ms);
+  EXPECT_NEAR(j["roof_share"].get<double>(), s.roof_ms / s.step_ms, 1e-12);
+  EXPECT_DOUBLE_EQ(j["peak_gflops"]["bf16"].get<double>(), 400);
+  EXPECT_TRUE(profile_ops_json(s)[0].contains("roof_share"));
+
+  // An int8 op with no int8 peak: that op, and so the step, have no roofline time.
+  {
+    OpProfiler::Activation on(p);
+    OpProfiler::Scope odd(kOdd, 1e6, 0, "int8");
+  }
+  rows = p.rows();
+  EXPECT_EQ(row(rows, "odd")->unbounded_calls, 1);
+  s = summarize_profile(p);
+  EXPECT_LT(s.roof_ms, 0);
+  t = profile_table(s, "title");
+  EXPECT_NE(t.find("no measured peak"), std::string::npos) << t;
+  EXPECT_TRUE(profile_roof_json(s)["roof_ms_per_step"].is_null());
+
+  // Without a roof: no roofline columns, no roofline object.
+  OpProfiler plain;
+  {
+    OpProfiler::Activation on(plain);
+    OpProfiler::Scope c(kCompute, 1e9, 1e6, "fp32");
+  }
+  plain.add_step(0.1);
+  const ProfileSummary ps = summarize_profile(plain);
+  EXPECT_FALSE(ps.roof.has_value());
+  EXPECT_LT(ps.ops[0].roof_ms, 0);
+  EXPECT_EQ(profile_table(ps, "t").find("% of roof"), std::string::npos);
+  EXPECT_TRUE(profile_roof_json(ps).is_null());
+  EXPECT_FALSE(profile_ops_json(ps)[0].contains("roof_share"));
+}
+
 Tensor random_tensor(std::vector<int64_t> shape, Layout l, std::mt19937& rng) {
   Tensor t = Tensor::empty(std::move(shape), DType::f32, l);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -163,12 +241,21 @@ TEST(ProfilingBackend, SameResultsOpsAndFlopsCounted) {
     EXPECT_DOUBLE_EQ(r->flops, flops) << op;
     EXPECT_EQ(r->family, "conv");
   }
+  // Bytes: each tensor the op reads or writes, once.
+  EXPECT_DOUBLE_EQ(row(rows, "conv fwd")->bytes, double(x.nbytes() + w.nbytes() + y2.nbytes()));
+  EXPECT_DOUBLE_EQ(row(rows, "conv bwd_data")->bytes,
+                   double(dy.nbytes() + w.nbytes() + dx2.nbytes()));
+  EXPECT_DOUBLE_EQ(row(rows, "conv bwd_weights")->bytes,
+                   double(x.nbytes() + dy.nbytes() + dw2.nbytes()));
   EXPECT_EQ(row(rows, "conv bwd_data")->phase, "bwd_data");
   EXPECT_EQ(row(rows, "conv bwd_weights")->phase, "bwd_weights");
   const OpProfiler::Row* copy = row(rows, "copy");
   const OpProfiler::Row* reorder = row(rows, "reorder activations (layout/dtype)");
   ASSERT_TRUE(copy && reorder);
   EXPECT_EQ(reorder->family, "reorder");
+  // The layout change is the reorder's work (its bytes), not the copy's around it.
+  EXPECT_DOUBLE_EQ(copy->bytes, 0);
+  EXPECT_DOUBLE_EQ(reorder->bytes, 2.0 * x.nbytes());
   // oneDNN keeps f32 conv weights in a blocked layout on AVX-512 and AVX2 CPUs: the reorders
   // into it (and of the weight gradient out of it) are rows of their own.
   if (row(rows, "reorder conv weights (fwd)")) {

@@ -181,7 +181,8 @@ const char* description(Command c) {
              "--peak-file, its share of the measured peak; --profile: per-op times";
     case rn50::kBenchPeak:
       return "the machine's own limit: oneDNN's large matmul and 3x3 convolution on every core "
-             "in fp32, bf16 and int8 (u8 x s8), GFLOP/s (GOP/s) per op and precision; its "
+             "in fp32, bf16 and int8 (u8 x s8), GFLOP/s (GOP/s) per op and precision, and the "
+             "memory bandwidth (STREAM copy and triad, GB/s); its "
              "--report-file is the --peak-file of bench train, bench infer and train "
              "--benchmark";
     case rn50::kServe:

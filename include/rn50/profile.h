@@ -14,13 +14,25 @@
 // moving data instead of computing shows. Time between ops (host code: the model's walk, the
 // optimizer's bookkeeping) is nobody's op: the profile reports it as the step time the ops do
 // not cover.
+//
+// Each op also counts the bytes it must move: every tensor it reads, once, and every tensor it
+// writes, once (a tensor read and written counts twice): the compulsory traffic, a lower bound
+// (an op that reads its input twice, as a batch norm's statistics and normalisation passes do,
+// moves more). Given the machine's roofs (set_roof, from `rn50 bench peak`'s records), each op
+// gets its roofline time, max(FLOP / compute peak of its precision, bytes / memory bandwidth),
+// and the profile the share of that limit every op and the whole step reach. The bandwidth is
+// DRAM's: an op whose tensors stay in the caches (small batches) can beat it, which shows as
+// a share over 100%.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "rn50/roofline.h"
 
 namespace rn50 {
 
@@ -47,6 +59,9 @@ class OpProfiler {
     int64_t calls = 0;
     double seconds = 0;  ///< exclusive wall seconds
     double flops = 0;    ///< floating-point (int8: integer) operations, 2 per multiply-add
+    double bytes = 0;    ///< compulsory bytes read + written (see the file comment)
+    double roof_seconds = 0;    ///< the roofline time of its calls (with a roof set)
+    int64_t unbounded_calls = 0;  ///< calls the roof had no limit for (no peak of their precision)
   };
 
   OpProfiler();
@@ -70,10 +85,15 @@ class OpProfiler {
   };
 
   /// Times `op` from construction to destruction into the active profiler (nothing when none
-  /// is active). `flops`: the op's operations (0 when it has none worth counting).
+  /// is active). `flops`: the op's operations (0 when it has none worth counting); `bytes`: the
+  /// bytes it reads and writes (file comment); `precision`: the compute peak its FLOPs are
+  /// held against ("fp32", "bf16", "int8", "fp16"; a string that outlives the scope), or
+  /// nullptr for overhead that an ideal step would not have (a layout reorder): its bytes
+  /// give its GB/s, but its roofline time is 0.
   class Scope {
    public:
-    explicit Scope(const ProfileOp& op, double flops = 0);
+    explicit Scope(const ProfileOp& op, double flops = 0, double bytes = 0,
+                   const char* precision = "fp32");
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
@@ -81,6 +101,11 @@ class OpProfiler {
    private:
     OpProfiler* p_;
   };
+
+  /// The machine's roofs that each op's roofline time is computed with (before the first
+  /// op; without one, the profile has no roofline columns).
+  void set_roof(const Roof& roof);
+  const std::optional<Roof>& roof() const { return roof_; }
 
   /// Counts one profiled step of `seconds` wall seconds (the time the ops are compared with).
   void add_step(double seconds);
@@ -92,32 +117,45 @@ class OpProfiler {
   double op_seconds() const;
 
  private:
-  void begin(const ProfileOp& op, double flops);
+  void begin(const ProfileOp& op, double flops, double bytes, const char* precision);
   void end();
 
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  std::optional<Roof> roof_;
   int64_t steps_ = 0;
   double step_seconds_ = 0;
 };
 
 /// A profiler's result per step: what the table prints and the report's "profile" record
 /// holds. Shares are of the mean step time; GFLOP/s = flops / exclusive seconds / 1e9 (absent
-/// for ops without FLOPs).
+/// for ops without FLOPs), GB/s = bytes / exclusive seconds / 1e9 (absent without bytes). With
+/// a roof: roof_ms = the roofline time per step and roof_share = roof_ms / ms_per_step, the
+/// share of the machine's limit reached (-1: no roof, or a call had no limit; an op with
+/// neither FLOPs nor bytes has roof_ms 0 and no share: the limits ask no time for it).
 struct ProfileSummary {
   struct Op {
     std::string op, family, phase;
     double calls_per_step = 0, ms_per_step = 0, share = 0;
     double gflops = -1;  ///< -1: the op has no FLOPs
+    double gbps = -1;    ///< -1: the op moves no counted bytes
+    double roof_ms = -1, roof_share = -1;
   };
   struct Family {
     std::string family;
     double ms_per_step = 0, share = 0;
     double gflops = -1;  ///< -1: no FLOPs in the family
+    double gbps = -1;    ///< -1: no counted bytes in the family
+    double roof_ms = -1, roof_share = -1;
   };
   int64_t steps = 0;
   double step_ms = 0;  ///< mean wall milliseconds of a profiled step
   double ops_ms = 0;   ///< the ops' exclusive milliseconds per step, summed
+  /// The roofs the profile was taken with (empty: none), and the step's roofline time: the
+  /// ops' roof_ms summed (-1 when an op had no limit). roof_ms / step_ms is the step's share
+  /// of what the machine could do.
+  std::optional<Roof> roof;
+  double roof_ms = -1;
   std::vector<Op> ops;            ///< longest first
   std::vector<Family> families;   ///< longest first
 };
@@ -125,18 +163,25 @@ struct ProfileSummary {
 /// The summary of `p`'s rows and steps. Throws rn50::Error when no step was counted.
 ProfileSummary summarize_profile(const OpProfiler& p);
 
-/// The summary as Markdown tables: per op (calls/step, ms/step, share %, GFLOP/s), the step
-/// time the ops do not cover as a last row, then per family. `title` heads it.
+/// The summary as Markdown tables: per op (calls/step, ms/step, share %, GFLOP/s, GB/s; with
+/// a roof also roof ms/step and % of roof), the step time the ops do not cover as a last row,
+/// then per family. `title` heads it.
 std::string profile_table(const ProfileSummary& s, const std::string& title);
 
+/// The report's profile record's "roofline" object (docs/report-schema.md): null without a
+/// roof, else {"peak_gflops": {precision: GFLOP/s}, "memory_gbps", "roof_ms_per_step" (null
+/// when an op had no limit), "roof_share" (roof_ms / step_ms, or null)}.
+nlohmann::ordered_json profile_roof_json(const ProfileSummary& s);
 /// The "ops" and "families" lists of the report's profile record (docs/report-schema.md).
 nlohmann::ordered_json profile_ops_json(const ProfileSummary& s);
 nlohmann::ordered_json profile_families_json(const ProfileSummary& s);
 
 /// Wraps `inner` so that each of its ops is timed into the active OpProfiler (see the file
-/// comment): ops and their FLOPs (convolutions 2 N K OH OW C R S per direction, linear 2 N K C
-/// per product), inner->synchronize() after each op, capture() returning nullptr (no graphs:
-/// every op runs eagerly). name(), device(), supports() and the rest are the inner backend's.
+/// comment): ops, their FLOPs (convolutions 2 N K OH OW C R S per direction, linear 2 N K C
+/// per product) and bytes (the tensors each reads and writes), the precision of the FLOPs
+/// from the data type of the op's input (f32 -> fp32, bf16, f16 -> fp16, u8 -> int8),
+/// inner->synchronize() after each op, capture() returning nullptr (no graphs: every op runs
+/// eagerly). name(), device(), supports() and the rest are the inner backend's.
 std::unique_ptr<Backend> make_profiling_backend(std::unique_ptr<Backend> inner);
 
 }  // namespace rn50

@@ -72,10 +72,15 @@ struct ProfileResult {
   std::string file, source, arch, precision, device;
   int batch_size = 0;
   double step_ms = 0, ops_ms = 0;
+  /// The step's roofline time, ms (NaN: profiled without a roof, or an op had no peak).
+  double roof_ms = std::numeric_limits<double>::quiet_NaN();
   struct Op {
     std::string op, family, phase;
     double ms_per_step = 0, share = 0;
     double gflops = std::numeric_limits<double>::quiet_NaN();  ///< NaN: no FLOPs
+    double gbps = std::numeric_limits<double>::quiet_NaN();    ///< NaN: no counted bytes
+    /// Its share of its roofline time (NaN: no roof, or overhead the roof asks no time for).
+    double roof_share = std::numeric_limits<double>::quiet_NaN();
   };
   std::vector<Op> ops;
 };

@@ -43,8 +43,9 @@ void add_run_and_recipe(std::vector<FlagSpec>& t) {
   t.push_back(switch_("--profile", &C::profile,
                       "time every op of the measured steps (forward, backward-data, "
                       "backward-weights apart; reorders and copies as ops of their own): a "
-                      "per-op table (ms/step, share of the step, GFLOP/s) and a profile report "
-                      "record; rn50 train: with --benchmark",
+                      "per-op table (ms/step, share of the step, GFLOP/s, GB/s; with "
+                      "--peak-file each op's and the step's share of their roofline time) and a "
+                      "profile report record; rn50 train: with --benchmark",
                       T | BI));
   t.push_back(text("--peak-file", &C::peak_file,
                    "a file of peak records (rn50 bench peak --report-file FILE): the benchmark "
@@ -559,7 +560,7 @@ void add_other_commands(std::vector<FlagSpec>& t) {
   t.push_back(text_list("--precisions", &C::precisions, {},
                         "bench train: rn50/precision.h names (fp32, tf32, amp-fp16, amp-bf16, "
                         "pure-fp16), none = fp32, tf32, amp-fp16, amp-bf16 on CUDA, fp32 on the "
-                        "CPU; bench peak: fp32, bf16, int8, none = all three",
+                        "CPU; bench peak: fp32, bf16, int8, memory (STREAM bandwidth), none = all four",
                         BT | BP));
   t.push_back(integer("--repeats", &C::repeats, "runs per (precision, batch size) point", BT,
                       at_least(1)));

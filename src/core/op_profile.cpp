@@ -20,13 +20,14 @@ thread_local OpProfiler* g_current = nullptr;
 
 struct OpProfiler::Impl {
   struct Acc {
-    int64_t calls = 0;
-    double seconds = 0, flops = 0;
+    int64_t calls = 0, unbounded = 0;
+    double seconds = 0, flops = 0, bytes = 0, roof_seconds = 0;
   };
   /// An op under way: when it started and how long the ops nested in it took.
   struct Frame {
     const ProfileOp* op;
-    double flops;
+    double flops, bytes;
+    const char* precision;
     Clock::time_point start;
     double child_seconds;
   };
@@ -42,15 +43,18 @@ OpProfiler* OpProfiler::current() { return g_current; }
 OpProfiler::Activation::Activation(OpProfiler& p) : prev_(g_current) { g_current = &p; }
 OpProfiler::Activation::~Activation() { g_current = prev_; }
 
-OpProfiler::Scope::Scope(const ProfileOp& op, double flops) : p_(g_current) {
-  if (p_) p_->begin(op, flops);
+OpProfiler::Scope::Scope(const ProfileOp& op, double flops, double bytes, const char* precision)
+    : p_(g_current) {
+  if (p_) p_->begin(op, flops, bytes, precision);
 }
 OpProfiler::Scope::~Scope() {
   if (p_) p_->end();
 }
 
-void OpProfiler::begin(const ProfileOp& op, double flops) {
-  impl_->stack.push_back({&op, flops, Clock::now(), 0.0});
+void OpProfiler::set_roof(const Roof& roof) { roof_ = roof; }
+
+void OpProfiler::begin(const ProfileOp& op, double flops, double bytes, const char* precision) {
+  impl_->stack.push_back({&op, flops, bytes, precision, Clock::now(), 0.0});
 }
 
 void OpProfiler::end() {
@@ -62,6 +66,14 @@ void OpProfiler::end() {
   ++a.calls;
   a.seconds += std::max(0.0, elapsed - f.child_seconds);
   a.flops += f.flops;
+  a.bytes += f.bytes;
+  if (roof_ && f.precision) {  // no precision: overhead, the roof asks no time for it
+    const double r = roof_->seconds(f.flops, f.bytes, f.precision);
+    if (r < 0)
+      ++a.unbounded;
+    else
+      a.roof_seconds += r;
+  }
   if (!impl_->stack.empty()) impl_->stack.back().child_seconds += elapsed;
 }
 
@@ -80,6 +92,9 @@ std::vector<OpProfiler::Row> OpProfiler::rows() const {
     r.calls += a.calls;
     r.seconds += a.seconds;
     r.flops += a.flops;
+    r.bytes += a.bytes;
+    r.roof_seconds += a.roof_seconds;
+    r.unbounded_calls += a.unbounded;
   }
   std::vector<Row> v;
   for (auto& [name, r] : by_name) v.push_back(std::move(r));
@@ -98,11 +113,28 @@ ProfileSummary summarize_profile(const OpProfiler& p) {
   RN50_CHECK(p.steps() > 0, "profile: no profiled step was counted");
   ProfileSummary s;
   s.steps = p.steps();
+  s.roof = p.roof();
   const double steps = static_cast<double>(p.steps());
   s.step_ms = 1e3 * p.step_seconds() / steps;
   const double step_s = p.step_seconds();
+  // Rates and roofline fields of a row or a family from its totals.
+  auto rates = [&](auto& o, double flops, double bytes, double seconds, double roof_seconds,
+                   int64_t unbounded) {
+    if (flops > 0 && seconds > 0) o.gflops = flops / seconds / 1e9;
+    if (bytes > 0 && seconds > 0) o.gbps = bytes / seconds / 1e9;
+    if (s.roof && unbounded == 0) {
+      o.roof_ms = 1e3 * roof_seconds / steps;
+      if (roof_seconds > 0 && seconds > 0) o.roof_share = roof_seconds / seconds;
+    }
+  };
+  struct FamTotals {
+    double flops = 0, bytes = 0, seconds = 0, roof_seconds = 0;
+    int64_t unbounded = 0;
+  };
   std::map<std::string, ProfileSummary::Family> fam;
-  std::map<std::string, double> fam_flops, fam_seconds;
+  std::map<std::string, FamTotals> tot;
+  double roof_seconds = 0;
+  int64_t unbounded = 0;
   for (const OpProfiler::Row& r : p.rows()) {
     ProfileSummary::Op o;
     o.op = r.op;
@@ -111,47 +143,94 @@ ProfileSummary summarize_profile(const OpProfiler& p) {
     o.calls_per_step = static_cast<double>(r.calls) / steps;
     o.ms_per_step = 1e3 * r.seconds / steps;
     o.share = step_s > 0 ? r.seconds / step_s : 0.0;
-    if (r.flops > 0 && r.seconds > 0) o.gflops = r.flops / r.seconds / 1e9;
+    rates(o, r.flops, r.bytes, r.seconds, r.roof_seconds, r.unbounded_calls);
     s.ops_ms += o.ms_per_step;
     s.ops.push_back(o);
     ProfileSummary::Family& f = fam[r.family];
     f.family = r.family;
     f.ms_per_step += o.ms_per_step;
     f.share += o.share;
-    fam_flops[r.family] += r.flops;
-    fam_seconds[r.family] += r.seconds;
+    FamTotals& t = tot[r.family];
+    t.flops += r.flops;
+    t.bytes += r.bytes;
+    t.seconds += r.seconds;
+    t.roof_seconds += r.roof_seconds;
+    t.unbounded += r.unbounded_calls;
+    roof_seconds += r.roof_seconds;
+    unbounded += r.unbounded_calls;
   }
   for (auto& [name, f] : fam) {
-    if (fam_flops[name] > 0 && fam_seconds[name] > 0)
-      f.gflops = fam_flops[name] / fam_seconds[name] / 1e9;
+    const FamTotals& t = tot[name];
+    rates(f, t.flops, t.bytes, t.seconds, t.roof_seconds, t.unbounded);
     s.families.push_back(f);
   }
   std::stable_sort(s.families.begin(), s.families.end(),
                    [](const auto& a, const auto& b) { return a.ms_per_step > b.ms_per_step; });
+  if (s.roof && unbounded == 0) s.roof_ms = 1e3 * roof_seconds / steps;
   return s;
 }
 
 namespace {
 std::string gf(double g) { return g < 0 ? std::string("-") : fmt::format("{:.1f}", g); }
+std::string ms3(double m) { return m < 0 ? std::string("-") : fmt::format("{:.3f}", m); }
+std::string pct(double f) { return f < 0 ? std::string("-") : fmt::format("{:.0f}", 100 * f); }
+nlohmann::ordered_json num_or_null(double v) {
+  return v < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v);
+}
 }  // namespace
 
 std::string profile_table(const ProfileSummary& s, const std::string& title) {
+  const bool roof = s.roof.has_value();
   std::string out = fmt::format(
-      "\n{}: {} profiled step(s), step {:.3f} ms, ops {:.3f} ms ({:.1f}% of the step)\n\n"
-      "| op | family | phase | calls/step | ms/step | share % | GFLOP/s |\n"
-      "|---|---|---|---|---|---|---|\n",
-      title, s.steps, s.step_ms, s.ops_ms, s.step_ms > 0 ? 100 * s.ops_ms / s.step_ms : 0.0);
-  for (const ProfileSummary::Op& o : s.ops)
-    out += fmt::format("| {} | {} | {} | {:.1f} | {:.3f} | {:.1f} | {} |\n", o.op, o.family,
-                       o.phase, o.calls_per_step, o.ms_per_step, 100 * o.share, gf(o.gflops));
+      "\n{}: {} profiled step(s), step {:.3f} ms, ops {:.3f} ms ({:.1f}% of the step)\n", title,
+      s.steps, s.step_ms, s.ops_ms, s.step_ms > 0 ? 100 * s.ops_ms / s.step_ms : 0.0);
+  if (roof) {
+    std::string peaks;
+    for (const auto& [p, g] : s.roof->gflops) peaks += fmt::format("{} {:.0f}, ", p, g);
+    const std::string bw =
+        s.roof->gbps > 0 ? fmt::format("memory {:.1f} GB/s", s.roof->gbps) : "no memory roof";
+    out += s.roof_ms >= 0
+               ? fmt::format("roofline: the step needs {:.3f} ms at the machine's limits ({}{}): "
+                             "it runs at {:.1f}% of them\n",
+                             s.roof_ms, peaks, bw, s.step_ms > 0 ? 100 * s.roof_ms / s.step_ms : 0)
+               : fmt::format("roofline ({}{}): some op's precision has no measured peak, so the "
+                             "step has no roofline time\n",
+                             peaks, bw);
+  }
+  out += roof ? "\n| op | family | phase | calls/step | ms/step | share % | GFLOP/s | GB/s | "
+                "roof ms | % of roof |\n|---|---|---|---|---|---|---|---|---|---|\n"
+              : "\n| op | family | phase | calls/step | ms/step | share % | GFLOP/s | GB/s |\n"
+                "|---|---|---|---|---|---|---|---|\n";
+  for (const ProfileSummary::Op& o : s.ops) {
+    out += fmt::format("| {} | {} | {} | {:.1f} | {:.3f} | {:.1f} | {} | {} |", o.op, o.family,
+                       o.phase, o.calls_per_step, o.ms_per_step, 100 * o.share, gf(o.gflops),
+                       gf(o.gbps));
+    out += roof ? fmt::format(" {} | {} |\n", ms3(o.roof_ms), pct(o.roof_share)) : "\n";
+  }
   const double rest = s.step_ms - s.ops_ms;
-  out += fmt::format("| (between ops: host code) | - | - | - | {:.3f} | {:.1f} | - |\n", rest,
-                     s.step_ms > 0 ? 100 * rest / s.step_ms : 0.0);
-  out += "\n| family | ms/step | share % | GFLOP/s |\n|---|---|---|---|\n";
-  for (const ProfileSummary::Family& f : s.families)
-    out += fmt::format("| {} | {:.3f} | {:.1f} | {} |\n", f.family, f.ms_per_step, 100 * f.share,
-                       gf(f.gflops));
+  out += fmt::format("| (between ops: host code) | - | - | - | {:.3f} | {:.1f} | - | - |{}\n", rest,
+                     s.step_ms > 0 ? 100 * rest / s.step_ms : 0.0, roof ? " - | - |" : "");
+  out += roof ? "\n| family | ms/step | share % | GFLOP/s | GB/s | roof ms | % of roof |\n"
+                "|---|---|---|---|---|---|---|\n"
+              : "\n| family | ms/step | share % | GFLOP/s | GB/s |\n|---|---|---|---|---|\n";
+  for (const ProfileSummary::Family& f : s.families) {
+    out += fmt::format("| {} | {:.3f} | {:.1f} | {} | {} |", f.family, f.ms_per_step,
+                       100 * f.share, gf(f.gflops), gf(f.gbps));
+    out += roof ? fmt::format(" {} | {} |\n", ms3(f.roof_ms), pct(f.roof_share)) : "\n";
+  }
   return out;
+}
+
+nlohmann::ordered_json profile_roof_json(const ProfileSummary& s) {
+  if (!s.roof) return nullptr;
+  nlohmann::ordered_json j;
+  j["peak_gflops"] = nlohmann::ordered_json::object();
+  for (const auto& [p, g] : s.roof->gflops) j["peak_gflops"][p] = g;
+  j["memory_gbps"] = s.roof->gbps > 0 ? nlohmann::ordered_json(s.roof->gbps) : nullptr;
+  j["roof_ms_per_step"] = num_or_null(s.roof_ms);
+  j["roof_share"] = s.roof_ms >= 0 && s.step_ms > 0 ? nlohmann::ordered_json(s.roof_ms / s.step_ms)
+                                                    : nlohmann::ordered_json(nullptr);
+  return j;
 }
 
 nlohmann::ordered_json profile_ops_json(const ProfileSummary& s) {
@@ -164,7 +243,12 @@ nlohmann::ordered_json profile_ops_json(const ProfileSummary& s) {
     j["calls_per_step"] = o.calls_per_step;
     j["ms_per_step"] = o.ms_per_step;
     j["share"] = o.share;
-    j["gflops"] = o.gflops < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.gflops);
+    j["gflops"] = num_or_null(o.gflops);
+    j["gbps"] = num_or_null(o.gbps);
+    if (s.roof) {
+      j["roof_ms_per_step"] = num_or_null(o.roof_ms);
+      j["roof_share"] = num_or_null(o.roof_share);
+    }
     v.push_back(std::move(j));
   }
   return v;
@@ -177,7 +261,12 @@ nlohmann::ordered_json profile_families_json(const ProfileSummary& s) {
     j["family"] = f.family;
     j["ms_per_step"] = f.ms_per_step;
     j["share"] = f.share;
-    j["gflops"] = f.gflops < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(f.gflops);
+    j["gflops"] = num_or_null(f.gflops);
+    j["gbps"] = num_or_null(f.gbps);
+    if (s.roof) {
+      j["roof_ms_per_step"] = num_or_null(f.roof_ms);
+      j["roof_share"] = num_or_null(f.roof_share);
+    }
     v.push_back(std::move(j));
   }
   return v;

@@ -211,9 +211,21 @@ std::vector<ReportRecordType> make_schema() {
                    "pool, linear, loss, sgd, copy, reorder, ...), phase (fwd, bwd_data, "
                    "bwd_weights, bwd, update, -), calls_per_step, ms_per_step (exclusive: a "
                    "nested reorder's time is its own row's), share (of step_ms, 0-1), gflops "
-                   "(achieved GFLOP/s; null for ops without FLOPs)"));
+                   "(achieved GFLOP/s; null for ops without FLOPs), gbps (GB/s of the bytes "
+                   "it must read and write, each tensor once; null without), and with a "
+                   "roofline: roof_ms_per_step (max(FLOP / peak, bytes / bandwidth); 0 for "
+                   "overhead such as reorders; null when its precision had no peak) and "
+                   "roof_share (roof_ms_per_step / ms_per_step, 0-1, over 1 when its tensors "
+                   "stayed in the caches; null for overhead)"));
   pr.push_back(req("families", T::list,
-                   "the ops summed by family, longest first: family, ms_per_step, share, gflops"));
+                   "the ops summed by family, longest first: family, ms_per_step, share, "
+                   "gflops, gbps, and with a roofline roof_ms_per_step and roof_share"));
+  pr.push_back(opt("roofline", T::object,
+                   "with --peak-file: the limits the ops were held against, peak_gflops "
+                   "({precision: GFLOP/s}), memory_gbps (null when the file has no bandwidth), "
+                   "roof_ms_per_step (the ops' roofline times summed: the least time the "
+                   "machine needs for the step; null when an op had no peak) and roof_share "
+                   "(roof_ms_per_step / step_ms, 0-1)"));
   s.push_back(std::move(prof));
 
   ReportRecordType loader{
@@ -325,14 +337,19 @@ std::vector<ReportRecordType> make_schema() {
                         {},
                         false};
   auto& k = peak.fields;
-  k.push_back(req("op", T::string, "matmul (M = N = K = 2048) or conv3x3 (N 32, C = K = 256, "
-                                   "28x28, pad 1), oneDNN forward inference"));
+  k.push_back(req("op", T::string,
+                  "matmul (M = N = K = 2048) or conv3x3 (N 32, C = K = 256, 28x28, pad 1), "
+                  "oneDNN forward inference; memory: copy or triad (STREAM's kernels, OpenMP)"));
   k.push_back(req("precision", T::string,
-                  "fp32; bf16 (bf16 inputs, f32 output); int8 (u8 x s8 -> s32)"));
+                  "fp32; bf16 (bf16 inputs, f32 output); int8 (u8 x s8 -> s32); memory (the "
+                  "bandwidth roof)"));
   k.push_back(req("shape", T::string, "the problem timed"));
-  k.push_back(req("ops_per_call", T::number, "2 x the multiply-adds of one call"));
+  k.push_back(opt("ops_per_call", T::number, "2 x the multiply-adds of one call (compute)"));
+  k.push_back(opt("bytes_per_call", T::number,
+                  "memory: bytes read + written by one call, each array once (STREAM's count)"));
   k.push_back(opt("gflops", T::number,
-                  "GFLOP/s (int8: GOP/s) at the median call time; unless skipped"));
+                  "GFLOP/s (int8: GOP/s) at the median call time; compute, unless skipped"));
+  k.push_back(opt("gbps", T::number, "memory: GB/s (1e9 bytes/s) at the median call time"));
   k.push_back(opt("seconds_median", T::number, "median wall seconds of a call; unless skipped"));
   k.push_back(opt("seconds_min", T::number, "fastest call, seconds; unless skipped"));
   k.push_back(req("calls", T::integer, "timed calls (--benchmark-steps)"));

@@ -3,6 +3,7 @@
 // `rn50 bench peak` command src/train/bench_peak.cpp.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "core/check.h"
@@ -29,15 +30,18 @@ PeakTable PeakTable::load(const std::string& path, const std::string& what) {
       RN50_FAIL("{}: not JSON (expected the lines rn50 bench peak --report-file writes)", where);
     }
     if (!r.is_object() || r.value("type", "") != "peak") continue;
-    if (!r.contains("gflops") || !r["gflops"].is_number()) continue;  // a skipped measurement
+    // A compute peak holds "gflops", the memory roof "gbps"; a skipped measurement neither.
+    const char* field = r.contains("gbps") ? "gbps" : "gflops";
+    if (!r.contains(field) || !r[field].is_number()) continue;
     PeakRecord p;
     p.op = json_as<std::string>(r.value("op", nlohmann::json()), where + ": 'op'");
     p.precision =
         json_as<std::string>(r.value("precision", nlohmann::json()), where + ": 'precision'");
     p.device = r.value("device", std::string("cpu"));
     p.hardware = r.value("hardware", std::string());
-    p.gflops = json_as<double>(r["gflops"], where + ": 'gflops'");
-    if (p.gflops > 0) t.add(std::move(p));
+    const double v = json_as<double>(r[field], where + ": '" + field + "'");
+    (std::string(field) == "gbps" ? p.gbps : p.gflops) = v;
+    if (v > 0) t.add(std::move(p));
   }
   RN50_CHECK(!f.bad(), "{} '{}': read error", what, path);
   RN50_CHECK(!t.empty(),
@@ -52,8 +56,40 @@ void PeakTable::add(PeakRecord r) { records_.push_back(std::move(r)); }
 const PeakRecord* PeakTable::best(const std::string& precision, const std::string& device) const {
   const PeakRecord* b = nullptr;
   for (const PeakRecord& r : records_)
-    if (r.precision == precision && r.device == device && (!b || r.gflops > b->gflops)) b = &r;
+    if (r.gflops > 0 && r.precision == precision && r.device == device &&
+        (!b || r.gflops > b->gflops))
+      b = &r;
   return b;
+}
+
+const PeakRecord* PeakTable::best_bandwidth(const std::string& device) const {
+  const PeakRecord* b = nullptr;
+  for (const PeakRecord& r : records_)
+    if (r.gbps > 0 && r.device == device && (!b || r.gbps > b->gbps)) b = &r;
+  return b;
+}
+
+Roof Roof::from(const PeakTable& t, const std::string& device) {
+  Roof roof;
+  for (const PeakRecord& r : t.records())
+    if (r.gflops > 0 && r.device == device)
+      roof.gflops[r.precision] = std::max(roof.gflops[r.precision], r.gflops);
+  if (const PeakRecord* bw = t.best_bandwidth(device)) roof.gbps = bw->gbps;
+  return roof;
+}
+
+double Roof::seconds(double flops, double bytes, const std::string& precision) const {
+  double s = 0;
+  if (flops > 0) {
+    const auto it = gflops.find(precision);
+    if (it == gflops.end() || it->second <= 0) return -1;
+    s = flops / (it->second * 1e9);
+  }
+  if (bytes > 0) {
+    if (gbps <= 0) return -1;
+    s = std::max(s, bytes / (gbps * 1e9));
+  }
+  return s;
 }
 
 std::string peak_precision(const std::string& precision) {

@@ -168,9 +168,11 @@ namespace {
 /// `n` calls of `engine` on `x` with `prof` active, each counted as a profiled step; the
 /// profile table to `out` and its record to `report`.
 void profile_engine(InferenceEngine& engine, const Tensor& x, int n, const InferBenchConfig& cfg,
-                    const std::string& arch, const std::string& device, std::ostream& out,
-                    ReportWriter* report) {
+                    const std::string& arch, const std::string& device, const PeakTable* peaks,
+                    std::ostream& out, ReportWriter* report) {
   OpProfiler prof;
+  // With peaks of this device, the profile gives each op its roofline time (rn50/profile.h).
+  if (peaks && !Roof::from(*peaks, device).empty()) prof.set_roof(Roof::from(*peaks, device));
   for (int i = 0; i < n; ++i) {
     OpProfiler::Activation on(prof);
     const auto t0 = std::chrono::steady_clock::now();
@@ -194,6 +196,7 @@ void profile_engine(InferenceEngine& engine, const Tensor& x, int n, const Infer
       .set("ops_ms", s.ops_ms)
       .set_json("ops", profile_ops_json(s))
       .set_json("families", profile_families_json(s));
+  if (s.roof) r.set_json("roofline", profile_roof_json(s));
   if (report) report->write(r);
 }
 
@@ -294,7 +297,8 @@ std::vector<InferBenchPoint> time_engine(InferenceEngine& engine, const InferBen
     if (cfg.profile) {
       if (profiled_engine)
         for (int i = 0; i < std::max(1, cfg.warmup_steps); ++i) profiled.run(x);  // its plan
-      profile_engine(profiled, x, cfg.steps, cfg, arch, device, out, report);
+      profile_engine(profiled, x, cfg.steps, cfg, arch, device, peaks ? &*peaks : nullptr, out,
+                     report);
     }
   }
   return points;

@@ -60,6 +60,14 @@ constexpr ProfileOp kConvertOp{"reorder (quantize / dequantize)", "reorder", "-"
 constexpr ProfileOp kWinoReorderOp{"reorder activations (winograd)", "reorder", "-"};
 constexpr ProfileOp kLogitsOp{"copy logits", "copy", "-"};
 
+/// The bytes a step's primitive reads and writes (every argument but the scratchpad, once)
+/// and the compute precision of its source ("int8", "bf16", "fp32"); nullptr for a reorder,
+/// overhead that the roofline asks no time for (rn50/profile.h).
+struct Traffic {
+  double bytes = 0;
+  const char* precision = nullptr;
+};
+
 /// One primitive with its arguments.
 struct Step {
   dnnl::primitive prim;
@@ -68,6 +76,20 @@ struct Step {
   const ProfileOp* op = &kConvertOp;  ///< what it is in a profile
   double flops = 0;                   ///< 2 x its multiply-adds (conv, fc)
 };
+
+Traffic traffic(const Step& s) {
+  Traffic t;
+  for (const auto& [arg, mem] : s.args)
+    if (arg != DNNL_ARG_SCRATCHPAD) t.bytes += static_cast<double>(mem.get_desc().get_size());
+  if (std::string(s.op->family) == "reorder") return t;
+  const auto src = s.args.find(DNNL_ARG_SRC);
+  const memory::data_type d =
+      src == s.args.end() ? memory::data_type::f32 : src->second.get_desc().data_type();
+  t.precision = d == memory::data_type::u8 || d == memory::data_type::s8 ? "int8"
+                : d == memory::data_type::bf16                          ? "bf16"
+                                                                        : "fp32";
+  return t;
+}
 
 struct Plan {
   int64_t n = 0, h = 0, w = 0;
@@ -115,14 +137,17 @@ class CpuEngine final : public InferenceEngine {
     // for certainty), else the loop runs untouched.
     const bool profiled = OpProfiler::current() != nullptr;
     {
-      OpProfiler::Scope timed(kLoadInput);
+      OpProfiler::Scope timed(kLoadInput, 0,
+                              static_cast<double>(x.nbytes() + plan.input.get_desc().get_size()),
+                              nullptr);
       load.execute(strm_, user, plan.input);
       if (profiled) strm_.wait();
     }
     if (observer_) observe(0, plan.input);
     for (Step& s : plan.steps) {
       if (profiled) {
-        OpProfiler::Scope timed(*s.op, s.flops);
+        const Traffic t = traffic(s);
+        OpProfiler::Scope timed(*s.op, s.flops, t.bytes, t.precision);
         s.prim.execute(strm_, s.args);
         strm_.wait();
       } else {

@@ -128,14 +128,17 @@ void add_record(const json& r, const std::string& file, const std::string& where
     l.peak_gflops = num(r, "peak_gflops");
     in.latency.push_back(l);
   } else if (type == "peak") {
-    if (!std::isfinite(num(r, "gflops"))) return;  // a skipped measurement
+    // A compute peak holds "gflops", the memory roof "gbps"; a skipped measurement neither.
+    const double gflops = num(r, "gflops"), gbps = num(r, "gbps");
+    if (!std::isfinite(gflops) && !std::isfinite(gbps)) return;
     PeakRecord p;
     p.op = need_as<std::string>(r, "op", where);
     p.precision = need_as<std::string>(r, "precision", where);
     p.device = need_as<std::string>(r, "device", where);
     p.hardware = r.value("hardware", std::string());
-    p.gflops = num(r, "gflops");
-    if (p.gflops > 0) in.peaks.add(std::move(p));
+    p.gflops = std::isfinite(gflops) ? gflops : 0;
+    p.gbps = std::isfinite(gbps) ? gbps : 0;
+    if (p.gflops > 0 || p.gbps > 0) in.peaks.add(std::move(p));
   } else if (type == "profile") {
     ProfileResult p;
     p.file = file;
@@ -146,6 +149,8 @@ void add_record(const json& r, const std::string& file, const std::string& where
     p.batch_size = need_as<int>(r, "batch_size", where);
     p.step_ms = need_as<double>(r, "step_ms", where);
     p.ops_ms = need_as<double>(r, "ops_ms", where);
+    if (r.contains("roofline") && r["roofline"].is_object())
+      p.roof_ms = num(r["roofline"], "roof_ms_per_step");
     for (const json& o : need(r, "ops", where)) {
       ProfileResult::Op op;
       op.op = need_as<std::string>(o, "op", where);
@@ -154,6 +159,8 @@ void add_record(const json& r, const std::string& file, const std::string& where
       op.ms_per_step = need_as<double>(o, "ms_per_step", where);
       op.share = need_as<double>(o, "share", where);
       op.gflops = num(o, "gflops");
+      op.gbps = num(o, "gbps");
+      op.roof_share = num(o, "roof_share");
       p.ops.push_back(std::move(op));
     }
     in.profiles.push_back(std::move(p));

@@ -229,12 +229,15 @@ ReportTable latency_table(const std::vector<LatencyRow>& rows, const PeakTable& 
 ReportTable peak_table(const PeakTable& peaks) {
   ReportTable t;
   t.name = "peak";
-  t.title = "Measured peak (oneDNN's own large matmul and 3x3 convolution, all cores)";
-  t.columns = {"hardware", "device", "precision", "op", "GFLOP/s"};
-  t.digits = {0, 0, 0, 0, 1};
+  t.title = "Measured peak (oneDNN's own large matmul and 3x3 convolution, all cores; memory: "
+            "STREAM copy and triad)";
+  t.columns = {"hardware", "device", "precision", "op", "GFLOP/s", "GB/s"};
+  t.digits = {0, 0, 0, 0, 1, 1};
   for (const PeakRecord& r : peaks.records())
-    t.rows.push_back({r.hardware, r.device, r.precision, r.op, numv(r.gflops)});
-  t.note = "int8: GOP/s (u8 x s8 -> s32). A precision's peak is the better of its ops.";
+    t.rows.push_back({r.hardware, r.device, r.precision, r.op, numv(r.gflops > 0 ? r.gflops : NAN),
+                      numv(r.gbps > 0 ? r.gbps : NAN)});
+  t.note = "int8: GOP/s (u8 x s8 -> s32). A precision's peak is the better of its ops; the "
+           "memory roof the better of copy and triad.";
   return t;
 }
 
@@ -242,21 +245,30 @@ ReportTable op_profile_table(const std::vector<ProfileResult>& profiles) {
   ReportTable t;
   t.name = "profile";
   t.title = "Per-op profile (--profile): exclusive time per step";
-  t.columns = {"source", "arch",  "precision", "device",  "batch", "op",
-               "family", "phase", "ms/step",   "share %", "GFLOP/s"};
-  t.digits = {0, 0, 0, 0, 0, 0, 0, 0, 3, 1, 1};
+  t.columns = {"source", "arch",    "precision", "device", "batch", "op",       "family",
+               "phase",  "ms/step", "share %",   "GFLOP/s", "GB/s", "% of roof"};
+  t.digits = {0, 0, 0, 0, 0, 0, 0, 0, 3, 1, 1, 1, 0};
   for (const ProfileResult& p : profiles) {
     const std::string src = fmt::format("{} ({})", p.source, p.file);
     for (const ProfileResult::Op& o : p.ops)
       t.rows.push_back({src, p.arch, p.precision, p.device, p.batch_size, o.op, o.family, o.phase,
-                        numv(o.ms_per_step), numv(100 * o.share), numv(o.gflops)});
+                        numv(o.ms_per_step), numv(100 * o.share), numv(o.gflops), numv(o.gbps),
+                        numv(100 * o.roof_share)});
     const double rest = p.step_ms - p.ops_ms;
     t.rows.push_back({src, p.arch, p.precision, p.device, p.batch_size,
                       "(between ops: host code)", "-", "-", numv(rest),
-                      numv(p.step_ms > 0 ? 100 * rest / p.step_ms : NAN), ojson(nullptr)});
+                      numv(p.step_ms > 0 ? 100 * rest / p.step_ms : NAN), ojson(nullptr),
+                      ojson(nullptr), ojson(nullptr)});
+    if (std::isfinite(p.roof_ms))
+      t.rows.push_back({src, p.arch, p.precision, p.device, p.batch_size,
+                        "(the step: roofline time)", "-", "-", numv(p.roof_ms), ojson(nullptr),
+                        ojson(nullptr), ojson(nullptr),
+                        numv(p.step_ms > 0 ? 100 * p.roof_ms / p.step_ms : NAN)});
   }
   t.note = "share = of the mean profiled step (training: without the data wait); reorders and "
-           "copies are ops of their own.";
+           "copies are ops of their own. GB/s: the bytes each op must read and write (each tensor "
+           "once). % of roof (with a peak file holding the memory roof): the op's roofline time, "
+           "max(FLOP / peak, bytes / bandwidth), over its time; the last row is the step's.";
   return t;
 }
 

@@ -71,6 +71,7 @@ void report_profile(Session& s, const OpProfiler& prof) {
       .set("ops_ms", sum.ops_ms)
       .set_json("ops", profile_ops_json(sum))
       .set_json("families", profile_families_json(sum));
+  if (sum.roof) r.set_json("roofline", profile_roof_json(sum));
   s.report.write(r);
 }
 
@@ -87,6 +88,9 @@ TrainBenchmarkResult run_train_benchmark(Session& s) {
   std::optional<PeakTable> peaks;
   if (!cfg.peak_file.empty()) peaks = PeakTable::load(cfg.peak_file);
   OpProfiler prof;
+  // With peaks of this device, the profile gives each op its roofline time (rn50/profile.h).
+  if (peaks && !Roof::from(*peaks, s.device.name).empty())
+    prof.set_roof(Roof::from(*peaks, s.device.name));
   ThroughputMeter meter(warm);
   int epoch = s.start_epoch;
   s.train->start_epoch(epoch);

@@ -122,7 +122,7 @@ constexpr ProfileOp kActReorder{"reorder activations (winograd)", "reorder", "-"
 /// The input `t` in the conv's layout: t itself, or its reorder into r's scratch slot.
 const void* act_in(OnednnBackend& be, ActReorder& r, const Tensor& t) {
   if (!r.ex.defined()) return t.data();
-  OpProfiler::Scope timed(kActReorder);
+  OpProfiler::Scope timed(kActReorder, 0, 2.0 * static_cast<double>(t.nbytes()), nullptr);
   void* buf = be.scratch(r.slot, r.bytes);
   r.ex.set(DNNL_ARG_FROM, t.data());
   r.ex.set(DNNL_ARG_TO, buf);
@@ -135,7 +135,7 @@ void* act_dst(OnednnBackend& be, ActReorder& r, Tensor& t) {
 }
 void act_out(OnednnBackend& be, ActReorder& r, Tensor& t) {
   if (!r.ex.defined()) return;
-  OpProfiler::Scope timed(kActReorder);
+  OpProfiler::Scope timed(kActReorder, 0, 2.0 * static_cast<double>(t.nbytes()), nullptr);
   r.ex.set(DNNL_ARG_FROM, be.scratch(r.slot, r.bytes));
   r.ex.set(DNNL_ARG_TO, t.data());
   be.run(r.ex);
@@ -173,7 +173,7 @@ constexpr ProfileOp kWreBwdWeights{"reorder conv dweights (bwd_weights)", "reord
 /// backend's weight scratch buffer (timed as `op` in an active profile).
 const void* conv_weights(OnednnBackend& be, ConvEntry& e, const Tensor& w, const ProfileOp& op) {
   if (!e.wre.defined()) return w.data();
-  OpProfiler::Scope timed(op);
+  OpProfiler::Scope timed(op, 0, 2.0 * static_cast<double>(w.nbytes()), nullptr);
   void* buf = be.scratch(kScratchWeights, e.w_bytes);
   e.wre.set(DNNL_ARG_FROM, w.data());
   e.wre.set(DNNL_ARG_TO, buf);
@@ -284,7 +284,7 @@ void OnednnBackend::conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, c
   e.conv.set(DNNL_ARG_DIFF_WEIGHTS, dwp);
   run(e.conv);
   if (e.wre.defined()) {
-    OpProfiler::Scope timed(kWreBwdWeights);
+    OpProfiler::Scope timed(kWreBwdWeights, 0, 2.0 * static_cast<double>(dw.nbytes()), nullptr);
     e.wre.set(DNNL_ARG_FROM, dwp);
     e.wre.set(DNNL_ARG_TO, dw.data());
     run(e.wre);

@@ -110,7 +110,8 @@ Exec make_matmul(OnednnBackend& be, const memory::desc& a, const memory::desc& b
 /// x packed for the product: x itself at stride 1, else its gather into scratch.
 const void* gathered(OnednnBackend& be, const MatmulEntry& e, const Tensor& x) {
   if (e.sub.s == 1) return x.data();
-  OpProfiler::Scope timed(kStrideReorder);
+  OpProfiler::Scope timed(kStrideReorder, 0, 2.0 * static_cast<double>(e.sub.dense_bytes()),
+                          nullptr);
   void* buf = be.scratch(kScratchAct0, e.sub.dense_bytes());
   gather(e.sub, x.data(), buf);
   return buf;
@@ -172,7 +173,8 @@ void conv1x1_bwd_data_matmul(OnednnBackend& be, const Conv2dParams& p, const Ten
   e.mm.set(DNNL_ARG_DST, dst);
   be.run(e.mm);
   if (strided) {
-    OpProfiler::Scope timed(kStrideReorder);
+    OpProfiler::Scope timed(kStrideReorder, 0,
+                            static_cast<double>(e.sub.dense_bytes() + dx.nbytes()), nullptr);
     scatter(e.sub, dst, dx.data());  // the positions the conv never read get zero gradient
   }
 }

@@ -265,7 +265,8 @@ constexpr ProfileOp kReorderAct{"reorder activations (layout/dtype)", "reorder",
 }  // namespace
 
 void OnednnBackend::reorder(const Tensor& src, const Tensor& dst) {
-  OpProfiler::Scope timed(kReorderAct);
+  OpProfiler::Scope timed(kReorderAct, 0, static_cast<double>(src.nbytes() + dst.nbytes()),
+                          nullptr);
   Key k = key(Tag::reorder).add(src).add(dst);
   auto& e = cached<ReorderEntry>(k, [&] {
     auto r = std::make_unique<ReorderEntry>();

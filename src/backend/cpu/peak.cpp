@@ -1,9 +1,12 @@
 // rn50: the CPU's measured peak (measure_cpu_peak, include/rn50/roofline.h): oneDNN's own large
 // matmul and 3x3 convolution, timed on every core with the layouts oneDNN prefers, so that a
-// benchmark's GFLOP/s can be set against what this library reaches on this machine at best.
+// benchmark's GFLOP/s can be set against what this library reaches on this machine at best;
+// and the memory roof, STREAM's copy and triad on every core (measure_cpu_bandwidth).
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <chrono>
+#include <memory>
 #include <cstdint>
 #include <cstring>
 #include <unordered_map>
@@ -147,6 +150,62 @@ PeakMeasurement measure_cpu_peak(const std::string& op, const std::string& preci
   }
   const double med = percentile(m.seconds, 50);
   m.gflops = med > 0 ? m.ops_per_call / med / 1e9 : 0.0;
+  return m;
+}
+
+PeakMeasurement measure_cpu_bandwidth(const std::string& kernel, int64_t elements, int calls,
+                                      int warmup) {
+  RN50_CHECK(kernel == "copy" || kernel == "triad",
+             "bench peak: unknown memory kernel '{}' (copy or triad)", kernel);
+  RN50_CHECK(elements >= 1, "bench peak: {} elements per array: must be >= 1", elements);
+  RN50_CHECK(calls >= 1, "--benchmark-steps {}: must be >= 1", calls);
+  RN50_CHECK(warmup >= 0, "--benchmark-warmup-steps {}: must be >= 0", warmup);
+  const bool triad = kernel == "triad";
+  const int arrays = triad ? 3 : 2;
+  PeakMeasurement m;
+  m.op = kernel;
+  m.precision = "memory";
+  m.shape = fmt::format("{} x {:.0f} MiB f32", arrays, elements * 4.0 / (1 << 20));
+  m.bytes_per_call = static_cast<double>(arrays) * 4.0 * static_cast<double>(elements);
+  m.impl = fmt::format("STREAM {} (OpenMP, {} thread(s))", kernel, omp_get_max_threads());
+  // new[] without value-initialisation: the pages are first touched below, by the thread that
+  // streams them (a first-touch NUMA placement, as STREAM does).
+  std::unique_ptr<float[]> a(new float[elements]), b(new float[elements]),
+      c(new float[elements]);
+  float* pa = a.get();
+  float* pb = b.get();
+  float* pc = c.get();
+  const int64_t n = elements;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    pa[i] = 1.0f;
+    pb[i] = 2.0f;
+    pc[i] = 0.5f;
+  }
+  const float s = 3.0f;
+  auto run = [&] {
+    if (triad) {
+#pragma omp parallel for simd schedule(static)
+      for (int64_t i = 0; i < n; ++i) pa[i] = pb[i] + s * pc[i];
+    } else {
+#pragma omp parallel for simd schedule(static)
+      for (int64_t i = 0; i < n; ++i) pc[i] = pa[i];
+    }
+  };
+  for (int i = 0; i < warmup; ++i) run();
+  for (int i = 0; i < calls; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    m.seconds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  // The result read back, so that no compiler can drop the loops: copy c = a = 1, triad
+  // a = 2 + 3 x 0.5 = 3.5 everywhere.
+  const float want = triad ? 3.5f : 1.0f;
+  const float got = triad ? pa[n / 2] : pc[n / 2];
+  RN50_CHECK(got == want, "bench peak: STREAM {} computed {} instead of {}", kernel, got, want);
+  const double med = percentile(m.seconds, 50);
+  m.gbps = med > 0 ? m.bytes_per_call / med / 1e9 : 0.0;
   return m;
 }
 
