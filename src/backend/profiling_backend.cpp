@@ -99,8 +99,8 @@ class ProfilingBackend final : public Backend {
   void copy(const Tensor& src, Tensor& dst) override {
     // A dtype or layout change is the inner backend's reorder, timed with its bytes on its own
     // (as overhead); a copy onto itself moves nothing.
-    const bool plain = src.dtype() == dst.dtype() && src.layout() == dst.layout() &&
-                       src.data() != dst.data();
+    const bool plain =
+        src.dtype() == dst.dtype() && src.layout() == dst.layout() && src.data() != dst.data();
     timed(kCopy, 0, plain ? bytes_of({&src, &dst}) : 0.0, "fp32", [&] { in_->copy(src, dst); });
   }
   void zero(Tensor& dst) override {
@@ -131,17 +131,18 @@ class ProfilingBackend final : public Backend {
   }
 
   void conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w, Tensor& y) override {
-    timed(kConvFwd, conv_flops(x, w, y), bytes_of({&x, &w, &y}), precision_of(x), [&] { in_->conv2d_fwd(p, x, w, y); });
+    timed(kConvFwd, conv_flops(x, w, y), bytes_of({&x, &w, &y}), precision_of(x),
+          [&] { in_->conv2d_fwd(p, x, w, y); });
   }
   void conv2d_bias_act_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w,
                            const Tensor& bias, const Tensor& z, bool relu, Tensor& y) override {
-    timed(kConvBiasAct, conv_flops(x, w, y), bytes_of({&x, &w, &bias, &z, &y}),
-          precision_of(x),
+    timed(kConvBiasAct, conv_flops(x, w, y), bytes_of({&x, &w, &bias, &z, &y}), precision_of(x),
           [&] { in_->conv2d_bias_act_fwd(p, x, w, bias, z, relu, y); });
   }
   void conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
                        Tensor& dx) override {
-    timed(kConvBwdData, conv_flops(dx, w, dy), bytes_of({&dy, &w, &dx}), precision_of(dy), [&] { in_->conv2d_bwd_data(p, dy, w, dx); });
+    timed(kConvBwdData, conv_flops(dx, w, dy), bytes_of({&dy, &w, &dx}), precision_of(dy),
+          [&] { in_->conv2d_bwd_data(p, dy, w, dx); });
   }
   void conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
                           Tensor& dw) override {
@@ -153,12 +154,12 @@ class ProfilingBackend final : public Backend {
                            const Tensor& beta, Tensor& running_mean, Tensor& running_var,
                            Tensor& y, Tensor& save_mean, Tensor& save_var) override {
     timed(kBnFwdTrain, 0,
-          bytes_of({&x, &gamma, &beta, &running_mean, &running_var, &running_mean, &running_var,
-                    &y, &save_mean, &save_var}),
+          bytes_of({&x, &gamma, &beta, &running_mean, &running_var, &running_mean, &running_var, &y,
+                    &save_mean, &save_var}),
           "fp32", [&] {
-      in_->batchnorm_fwd_train(p, x, gamma, beta, running_mean, running_var, y, save_mean,
-                               save_var);
-    });
+            in_->batchnorm_fwd_train(p, x, gamma, beta, running_mean, running_var, y, save_mean,
+                                     save_var);
+          });
   }
   void batchnorm_fwd_infer(const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
                            const Tensor& beta, const Tensor& running_mean,
@@ -169,10 +170,9 @@ class ProfilingBackend final : public Backend {
   void batchnorm_bwd(const BatchNormParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
                      const Tensor& gamma, const Tensor& save_mean, const Tensor& save_var,
                      Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
-    timed(kBnBwd, 0,
-          bytes_of({&x, &y, &dy, &gamma, &save_mean, &save_var, &dx, &dgamma, &dbeta}), "fp32", [&] {
-      in_->batchnorm_bwd(p, x, y, dy, gamma, save_mean, save_var, dx, dgamma, dbeta);
-    });
+    timed(kBnBwd, 0, bytes_of({&x, &y, &dy, &gamma, &save_mean, &save_var, &dx, &dgamma, &dbeta}),
+          "fp32",
+          [&] { in_->batchnorm_bwd(p, x, y, dy, gamma, save_mean, save_var, dx, dgamma, dbeta); });
   }
 
   void relu_fwd(const Tensor& x, Tensor& y) override {
@@ -188,7 +188,8 @@ class ProfilingBackend final : public Backend {
     timed(kAddReluFwd, 0, bytes_of({&a, &b, &y}), "fp32", [&] { in_->add_relu_fwd(a, b, y); });
   }
   void add_relu_bwd(const Tensor& y, const Tensor& g1, const Tensor& g2, Tensor& dx) override {
-    timed(kAddReluBwd, 0, bytes_of({&y, &g1, &g2, &dx}), "fp32", [&] { in_->add_relu_bwd(y, g1, g2, dx); });
+    timed(kAddReluBwd, 0, bytes_of({&y, &g1, &g2, &dx}), "fp32",
+          [&] { in_->add_relu_bwd(y, g1, g2, dx); });
   }
 
   void maxpool2d_fwd(const Pool2dParams& p, const Tensor& x, Tensor& y) override {
@@ -196,7 +197,8 @@ class ProfilingBackend final : public Backend {
   }
   void maxpool2d_bwd(const Pool2dParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
                      Tensor& dx) override {
-    timed(kMaxpoolBwd, 0, bytes_of({&x, &y, &dy, &dx}), "fp32", [&] { in_->maxpool2d_bwd(p, x, y, dy, dx); });
+    timed(kMaxpoolBwd, 0, bytes_of({&x, &y, &dy, &dx}), "fp32",
+          [&] { in_->maxpool2d_bwd(p, x, y, dy, dx); });
   }
   void global_avgpool_fwd(const Tensor& x, Tensor& y) override {
     timed(kAvgpoolFwd, 0, bytes_of({&x, &y}), "fp32", [&] { in_->global_avgpool_fwd(x, y); });
@@ -206,12 +208,14 @@ class ProfilingBackend final : public Backend {
   }
 
   void linear_fwd(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
-    timed(kLinearFwd, linear_flops(x, w), bytes_of({&x, &w, &b, &y}), precision_of(x), [&] { in_->linear_fwd(x, w, b, y); });
+    timed(kLinearFwd, linear_flops(x, w), bytes_of({&x, &w, &b, &y}), precision_of(x),
+          [&] { in_->linear_fwd(x, w, b, y); });
   }
   void linear_bwd(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
                   Tensor& db) override {
     const double f = linear_flops(x, w) * (dx.defined() ? 2 : 1);
-    timed(kLinearBwd, f, bytes_of({&x, &w, &dy, &dx, &dw, &db}), precision_of(x), [&] { in_->linear_bwd(x, w, dy, dx, dw, db); });
+    timed(kLinearBwd, f, bytes_of({&x, &w, &dy, &dx, &dw, &db}), precision_of(x),
+          [&] { in_->linear_bwd(x, w, dy, dx, dw, db); });
   }
 
   void softmax_xent_fwd(const Tensor& logits, const Tensor& labels, float smoothing,
@@ -239,24 +243,28 @@ class ProfilingBackend final : public Backend {
     });
   }
   void topk_hits(const Tensor& logits, const Tensor& labels, Tensor& hits) override {
-    timed(kTopk, 0, bytes_of({&logits, &labels, &hits}), "fp32", [&] { in_->topk_hits(logits, labels, hits); });
+    timed(kTopk, 0, bytes_of({&logits, &labels, &hits}), "fp32",
+          [&] { in_->topk_hits(logits, labels, hits); });
   }
   void normalize_u8(const Tensor& src, const std::array<float, 3>& mean,
                     const std::array<float, 3>& std, Tensor& dst) override {
-    timed(kNormalize, 0, bytes_of({&src, &dst}), "fp32", [&] { in_->normalize_u8(src, mean, std, dst); });
+    timed(kNormalize, 0, bytes_of({&src, &dst}), "fp32",
+          [&] { in_->normalize_u8(src, mean, std, dst); });
   }
   void mixup_images(Tensor& x, const Tensor& state) override {
     timed(kMixup, 0, bytes_of({&x, &x}), "fp32", [&] { in_->mixup_images(x, state); });
   }
   void fake_quant_act(const Tensor& x, Tensor& qstate, bool update, Tensor& y) override {
-    timed(kFqAct, 0, bytes_of({&x, &y}), "fp32", [&] { in_->fake_quant_act(x, qstate, update, y); });
+    timed(kFqAct, 0, bytes_of({&x, &y}), "fp32",
+          [&] { in_->fake_quant_act(x, qstate, update, y); });
   }
   void fake_quant_weight(const Tensor& w, Tensor& y) override {
     timed(kFqWeight, 0, bytes_of({&w, &y}), "fp32", [&] { in_->fake_quant_weight(w, y); });
   }
   void sgd_update(const SgdParams& p, Tensor& params, const Tensor& grads,
                   Tensor& momentum_buf) override {
-    timed(kSgd, 0, bytes_of({&params, &params, &grads, &momentum_buf, &momentum_buf}), "fp32", [&] { in_->sgd_update(p, params, grads, momentum_buf); });
+    timed(kSgd, 0, bytes_of({&params, &params, &grads, &momentum_buf, &momentum_buf}), "fp32",
+          [&] { in_->sgd_update(p, params, grads, momentum_buf); });
   }
   void check_finite(const Tensor& x, Tensor& state) override {
     timed(kCheckFinite, 0, bytes_of({&x}), "fp32", [&] { in_->check_finite(x, state); });

@@ -560,7 +560,8 @@ void add_other_commands(std::vector<FlagSpec>& t) {
   t.push_back(text_list("--precisions", &C::precisions, {},
                         "bench train: rn50/precision.h names (fp32, tf32, amp-fp16, amp-bf16, "
                         "pure-fp16), none = fp32, tf32, amp-fp16, amp-bf16 on CUDA, fp32 on the "
-                        "CPU; bench peak: fp32, bf16, int8, memory (STREAM bandwidth), none = all four",
+                        "CPU; bench peak: fp32, bf16, int8, memory (STREAM bandwidth), none = "
+                        "all four",
                         BT | BP));
   t.push_back(integer("--repeats", &C::repeats, "runs per (precision, batch size) point", BT,
                       at_least(1)));
