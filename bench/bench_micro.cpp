@@ -11,6 +11,11 @@
 //                                  with the primitive cache warm (steady state).
 //   BM_OnednnConv3x3Cold/<pass>    the same with the primitive cache cleared before every call:
 //                                  the difference is what primitive creation costs.
+//   BM_ConvBwdWeightsBf16/<im2col>/<shape>  the weight gradient of ResNet-50's KxK convs (N=32,
+//                                  NHWC, bf16): shape 0 the stem, 1-7 the 3x3s of layer1..4
+//                                  (see kKxK); im2col 0 oneDNN's direct kernel, 1 im2col +
+//                                  matmuls (conv_im2col.cpp). What conv_im2col_allowed's
+//                                  shape list comes from.
 // Run: build/rn50_bench_micro [--benchmark_filter=Conv] [--benchmark_repetitions=5]
 #include <benchmark/benchmark.h>
 
@@ -20,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/conv_algo.h"
 #include "backend/cpu/onednn_backend.h"
 #include "data/decode.h"
 #include "data/rng.h"
@@ -113,6 +119,49 @@ void BM_OnednnConv3x3(benchmark::State& state) { conv3x3(state, false); }
 void BM_OnednnConv3x3Cold(benchmark::State& state) { conv3x3(state, true); }
 BENCHMARK(BM_OnednnConv3x3)->ArgName("pass")->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_OnednnConv3x3Cold)->ArgName("pass")->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
+
+/// ResNet-50's KxK convs at batch 32: C, K, kernel, stride, pad, input size.
+struct KxK {
+  int64_t C, K, R, stride, pad, H;
+};
+constexpr KxK kKxK[] = {{3, 64, 7, 2, 3, 224},   {64, 64, 3, 1, 1, 56},   {128, 128, 3, 2, 1, 56},
+                        {128, 128, 3, 1, 1, 28}, {256, 256, 3, 2, 1, 28}, {256, 256, 3, 1, 1, 14},
+                        {512, 512, 3, 2, 1, 14}, {512, 512, 3, 1, 1, 7}};
+
+void BM_ConvBwdWeightsBf16(benchmark::State& state) {
+  std::unique_ptr<Backend> holder = make_backend("onednn");
+  auto& be = dynamic_cast<onednn::OnednnBackend&>(*holder);
+  if (!onednn::OnednnBackend::bf16_available()) {
+    state.SkipWithError("no bf16 on this CPU");
+    return;
+  }
+  const KxK s = kKxK[state.range(1)];
+  onednn::set_conv_algo(state.range(0) ? onednn::ConvAlgo::matmul : onednn::ConvAlgo::direct);
+  std::mt19937 rng(1);
+  const int64_t N = 32, OH = (s.H + 2 * s.pad - s.R) / s.stride + 1;
+  auto bf16 = [&](const Tensor& f) {
+    Tensor t = Tensor::empty(f.shape(), DType::bf16, f.layout());
+    be.copy(f, t);
+    return t;
+  };
+  const Tensor x = bf16(random_tensor({N, s.C, s.H, s.H}, rng, Layout::NHWC));
+  const Tensor dy = bf16(random_tensor({N, s.K, OH, OH}, rng, Layout::NHWC));
+  Tensor dw = Tensor::empty({s.K, s.C, s.R, s.R}, DType::bf16);
+  const Conv2dParams p{static_cast<int>(s.stride), static_cast<int>(s.pad)};
+  be.conv2d_bwd_weights(p, x, dy, dw);  // primitive creation
+  for (auto _ : state) {
+    be.conv2d_bwd_weights(p, x, dy, dw);
+    be.synchronize();
+  }
+  onednn::set_conv_algo(std::nullopt);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * N * s.K * s.C * s.R * s.R * OH * OH, benchmark::Counter::kIsIterationInvariantRate,
+      benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_ConvBwdWeightsBf16)
+    ->ArgNames({"im2col", "shape"})
+    ->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7}})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

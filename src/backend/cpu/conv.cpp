@@ -18,6 +18,7 @@
 // default, backward only; conv_algo.h, conv_matmul.cpp).
 #include <algorithm>
 
+#include "backend/cpu/conv_im2col.h"
 #include "backend/cpu/conv_matmul.h"
 #include "backend/cpu/onednn_backend.h"
 #include "core/check.h"
@@ -255,6 +256,7 @@ void OnednnBackend::conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, c
   const Geo g = conv_geo("conv2d_bwd_weights", p, x, dw, dy);
   if (conv1x1_as_matmul(ConvDir::bwd_weights, p, x, dw, dy))
     return conv1x1_bwd_weights_matmul(*this, p, x, dy, dw);
+  if (conv_bwd_weights_as_im2col(p, x, dw, dy)) return conv_bwd_weights_im2col(*this, p, x, dy, dw);
   Key k = key(Tag::conv_bwd_weights).add(x).add(dy).add(dw).add(p.stride).add(p.pad).add(
       algo_key());
   auto& e = cached<ConvEntry>(k, [&] {

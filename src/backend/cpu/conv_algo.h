@@ -16,10 +16,12 @@ namespace rn50::onednn {
 ///    on NHWC activations as oneDNN matmuls in bf16 when the CPU has AMX (inside a ResNet-50
 ///    step, oneDNN 2.6's AMX direct kernels for them reach 75-500 GFLOP/s, its AMX matmul
 ///    290-590; the forward stays direct, whose brgconv_1x1 kernel beats the matmul in the step;
-///    conv_matmul.cpp).
+///    conv_matmul.cpp), and the bf16 weight gradient of KxK convs with outputs of 14x14 pixels
+///    or fewer as im2col + matmuls on AMX CPUs (1.5-4x the direct kernel; conv_im2col.cpp).
 ///  * direct: neither (every conv is oneDNN's direct convolution; the torchvision parity test).
-///  * matmul: as auto, and 1x1 NHWC convs as matmuls in all three directions, in every dtype on
-///    every CPU (the tests use it to check that path on machines without AMX).
+///  * matmul: as auto, and 1x1 NHWC convs as matmuls in all three directions, and every KxK
+///    NHWC conv's weight gradient as im2col + matmuls, in f32 and bf16 on every CPU (the tests
+///    use it to check those paths on machines without AMX).
 enum class ConvAlgo { automatic, direct, matmul };
 
 /// The three computations of a convolution.
@@ -36,6 +38,20 @@ void set_conv_algo(std::optional<ConvAlgo> a);
 /// Whether f32 3x3 stride-1 pad-1 convolutions may use oneDNN's Winograd algorithm
 /// (conv_algo() is not direct).
 bool conv_winograd_allowed();
+
+/// What the im2col policy looks at of a KxK convolution (conv_im2col_allowed).
+struct ConvShapeInfo {
+  int64_t C = 0, K = 0;    ///< input and output channels
+  int64_t R = 0;           ///< kernel height (= width in ResNets)
+  int64_t stride = 1;
+  int64_t out_pixels = 0;  ///< OH x OW
+};
+
+/// Whether the weight gradient of a KxK convolution (R x S above 1 x 1) with NHWC activations
+/// of dtype `dt` runs as im2col + matmuls (conv_im2col.cpp) under conv_algo(): always with
+/// `matmul` (f32, bf16); with `automatic` for bf16 on CPUs with AMX at the shapes where it was
+/// measured faster than oneDNN's direct kernel (see the definition); never with `direct`.
+bool conv_im2col_allowed(DType dt, const ConvShapeInfo& s);
 
 /// Whether direction `dir` of a 1x1 pad-0 convolution (any stride) with NHWC activations of
 /// dtype `dt` runs as a oneDNN matmul under conv_algo(): always with `matmul` (f32, bf16); with
