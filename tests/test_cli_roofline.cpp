@@ -170,8 +170,9 @@ TEST(CliRoofline, TrainBenchmarkRooflineAndProfile) {
   for (const json& o : p["ops"]) sum += o["roof_ms_per_step"].get<double>();
   EXPECT_NEAR(roof_ms, sum, 1e-9 * sum) << "the step's roofline time is its ops'";
   EXPECT_NEAR(roof["roof_share"].get<double>(), roof_ms / p["step_ms"].get<double>(), 1e-12);
+  // Not also below step_ms: the peaks and the step are timed apart, and on a machine whose
+  // speed moves with its neighbours (or under a parallel ctest) either can be the slow one.
   EXPECT_GT(roof_ms, 0);
-  EXPECT_LT(roof_ms, p["step_ms"].get<double>()) << "no machine beats its own roofs";
   const json& conv = *op_row(p, "conv fwd");
   EXPECT_GT(conv["gbps"].get<double>(), 0);
   EXPECT_GT(conv["roof_share"].get<double>(), 0);
