@@ -103,7 +103,8 @@ class OpProfiler {
   };
 
   /// The machine's roofs that each op's roofline time is computed with (before the first
-  /// op; without one, the profile has no roofline columns).
+  /// op; without one, the profile has no roofline columns). An empty roof (no peak for this
+  /// device) sets none.
   void set_roof(const Roof& roof);
   const std::optional<Roof>& roof() const { return roof_; }
 

@@ -51,7 +51,9 @@ OpProfiler::Scope::~Scope() {
   if (p_) p_->end();
 }
 
-void OpProfiler::set_roof(const Roof& roof) { roof_ = roof; }
+void OpProfiler::set_roof(const Roof& roof) {
+  if (!roof.empty()) roof_ = roof;
+}
 
 void OpProfiler::begin(const ProfileOp& op, double flops, double bytes, const char* precision) {
   impl_->stack.push_back({&op, flops, bytes, precision, Clock::now(), 0.0});

@@ -64,7 +64,7 @@ constexpr ProfileOp kLogitsOp{"copy logits", "copy", "-"};
 /// and the compute precision of its source ("int8", "bf16", "fp32"); nullptr for a reorder,
 /// overhead that the roofline asks no time for (rn50/profile.h).
 struct Traffic {
-  double bytes = -1;  ///< -1: not computed yet
+  double bytes = 0;
   const char* precision = nullptr;
 };
 
@@ -75,14 +75,13 @@ struct Step {
   int value = 0;  ///< the value the step writes (for the calibration observer)
   const ProfileOp* op = &kConvertOp;  ///< what it is in a profile
   double flops = 0;                   ///< 2 x its multiply-adds (conv, fc)
-  Traffic traffic;                    ///< filled when the plan is built (traffic_of)
+  Traffic traffic;                    ///< set when the plan is built (traffic_of)
 };
 
-/// s.traffic, computed once: the profiled loop then adds no host time between its ops.
-const Traffic& traffic_of(Step& s) {
-  Traffic& t = s.traffic;
-  if (t.bytes >= 0) return t;
-  t.bytes = 0;
+/// A step's traffic, computed once per plan so that the profiled loop adds no host time
+/// between its ops.
+Traffic traffic_of(const Step& s) {
+  Traffic t;
   for (const auto& [arg, mem] : s.args)
     if (arg != DNNL_ARG_SCRATCHPAD) t.bytes += static_cast<double>(mem.get_desc().get_size());
   if (std::strcmp(s.op->family, "reorder") == 0) return t;
@@ -150,8 +149,7 @@ class CpuEngine final : public InferenceEngine {
     if (observer_) observe(0, plan.input);
     for (Step& s : plan.steps) {
       if (profiled) {
-        const Traffic& t = traffic_of(s);
-        OpProfiler::Scope timed(*s.op, s.flops, t.bytes, t.precision);
+        OpProfiler::Scope timed(*s.op, s.flops, s.traffic.bytes, s.traffic.precision);
         s.prim.execute(strm_, s.args);
         strm_.wait();
       } else {
@@ -194,7 +192,7 @@ class CpuEngine final : public InferenceEngine {
           "--precision fp32",
           prog_.arch, precision_, n, h, w, e.what());
     }
-    for (Step& s : plan->steps) traffic_of(s);  // for a profile, ahead of any timed call
+    for (Step& s : plan->steps) s.traffic = traffic_of(s);  // for a profile
     return *plans_.emplace(key, std::move(plan)).first->second;
   }
 

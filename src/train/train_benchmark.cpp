@@ -89,8 +89,7 @@ TrainBenchmarkResult run_train_benchmark(Session& s) {
   if (!cfg.peak_file.empty()) peaks = PeakTable::load(cfg.peak_file);
   OpProfiler prof;
   // With peaks of this device, the profile gives each op its roofline time (rn50/profile.h).
-  if (peaks && !Roof::from(*peaks, s.device.name).empty())
-    prof.set_roof(Roof::from(*peaks, s.device.name));
+  if (peaks) prof.set_roof(Roof::from(*peaks, s.device.name));
   ThroughputMeter meter(warm);
   int epoch = s.start_epoch;
   s.train->start_epoch(epoch);

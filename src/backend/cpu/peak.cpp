@@ -6,9 +6,9 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <chrono>
-#include <memory>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <unordered_map>
 
 #include "core/bf16.h"
