@@ -2,12 +2,15 @@
 // legacy convolution API (cudnnConvolutionForward / BackwardData / BackwardFilter).
 //
 // Each call maps to a ConvPlan (plans.h) keyed by direction, the three tensors (dtype, logical
-// shape, layout, pointer alignment), stride and pad. On the first call with a key the plan's descriptors are built
-// and the algorithm is chosen ONCE by cudnnFind*AlgorithmEx on the caller's tensors: the
-// fastest result whose status is success, whose workspace fits kWorkspaceCap and whose math
-// type is allowed (no TF32 for F32 when BackendOptions::allow_tf32 is false). The shared
-// workspace is grown to the plan's need then; later calls neither allocate nor synchronise,
-// so they can be recorded into a CUDA graph.
+// shape, layout, pointer alignment), stride and pad. On the first call with a key the plan's
+// descriptors are built and the algorithm is chosen ONCE by cudnnFind*AlgorithmEx on the
+// caller's tensors, given as much workspace as the most demanding algorithm asks (up to kWorkspaceCap): the fastest
+// deterministic result whose status is success, whose workspace fits kWorkspaceCap and whose
+// math type is allowed (no TF32 for F32 when BackendOptions::allow_tf32 is false); a
+// non-deterministic one only when no deterministic one qualifies. The choice is remembered
+// for the whole process (another backend or model with the same convolution takes it without
+// searching). The shared workspace is grown to the plan's need then; later calls neither
+// allocate nor synchronise, so they can be recorded into a CUDA graph.
 //
 // Descriptors: activations with cudnnSetTensor4dDescriptor (CUDNN_TENSOR_NCHW / _NHWC), the
 // filter with cudnnSetFilter4dDescriptor (NCHW = KCRS = torchvision OIHW, NHWC = KRSC);
@@ -30,6 +33,8 @@
 #include <fmt/format.h>
 
 #include <climits>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -134,19 +139,47 @@ bool math_allowed(cudnnMathType_t m, DType dt, bool tf32) {
 }
 
 /// Index of the fastest acceptable search result, or -1; `why` lists every result otherwise.
+/// Deterministic results (cudnn*AlgoPerf_t::determinism) are preferred: a non-deterministic one
+/// (atomics in the weight gradient, say) is taken only when no deterministic one is acceptable,
+/// so that a run repeats bit for bit once its algorithms are chosen (what
+/// torch.backends.cudnn.deterministic asks of PyTorch).
 template <class Perf>
 int pick(const std::vector<Perf>& res, int n, DType dt, bool tf32, std::string& why) {
   int best = -1;
-  for (int i = 0; i < n; ++i) {
-    const Perf& r = res[i];
-    const bool ok = r.status == CUDNN_STATUS_SUCCESS && r.memory <= kWorkspaceCap &&
-                    r.time >= 0 && math_allowed(r.mathType, dt, tf32);
-    if (ok && (best < 0 || r.time < res[best].time)) best = i;
-    why += fmt::format("{}algo {} math {}: {} ({} bytes, {} ms)", why.empty() ? "" : "; ",
-                       static_cast<int>(r.algo), static_cast<int>(r.mathType),
-                       cudnnGetErrorString(r.status), r.memory, r.time);
+  for (bool need_deterministic : {true, false}) {
+    for (int i = 0; i < n; ++i) {
+      const Perf& r = res[i];
+      const bool ok = r.status == CUDNN_STATUS_SUCCESS && r.memory <= kWorkspaceCap &&
+                      r.time >= 0 && math_allowed(r.mathType, dt, tf32) &&
+                      (!need_deterministic || r.determinism == CUDNN_DETERMINISTIC);
+      if (ok && (best < 0 || r.time < res[best].time)) best = i;
+      if (need_deterministic)
+        why += fmt::format("{}algo {} math {}{}: {} ({} bytes, {} ms)", why.empty() ? "" : "; ",
+                           static_cast<int>(r.algo), static_cast<int>(r.mathType),
+                           r.determinism == CUDNN_DETERMINISTIC ? "" : " non-deterministic",
+                           cudnnGetErrorString(r.status), r.memory, r.time);
+    }
+    if (best >= 0) break;
   }
   return best;
+}
+
+/// One algorithm search's outcome.
+struct Choice {
+  int algo = 0;                               ///< the direction's cudnn*Algo_t
+  size_t ws_bytes = 0;                        ///< workspace it needs
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;  ///< math type it was timed with
+};
+
+/// Search outcomes shared by every backend of the process, keyed by the plan's key, device,
+/// compute layout and TF32 setting (as PyTorch's cudnn.benchmark cache is): a second model or
+/// backend with the same convolutions takes the same algorithms instead of timing again, so
+/// two runs in one process compute the same numbers, and the search is paid once.
+std::map<std::string, Choice>& choices(std::mutex*& mu) {
+  static std::mutex m;
+  static std::map<std::string, Choice> c;
+  mu = &m;
+  return c;
 }
 
 /// A role operand as cuDNN sees it: the caller's tensor when its memory order already matches
@@ -214,34 +247,34 @@ std::unique_ptr<ConvPlan> make_plan(const CudaBackend& be, Layout l, DType dt, c
 /// Largest workspace (<= kWorkspaceCap) any algorithm of direction `d` reports for the plan's
 /// descriptors; algorithms that do not support the configuration are skipped.
 size_t max_workspace(cudnnHandle_t h, Dir d, const ConvPlan& plan) {
-  size_t most = 0;
-  auto take = [&](cudnnStatus_t st, size_t sz) {
+  size_t most = 0, sz = 0;
+  // `take` reads sz in its body, after the query has written it. (Passing sz as a second
+  // argument beside the query's status read it before the query ran: GCC evaluates arguments
+  // right to left. Every search then got no workspace, so only workspace-free algorithms were
+  // timed, and the first GPU run trained at 1/27 of PyTorch's speed.)
+  auto take = [&](cudnnStatus_t st) {
     if (st == CUDNN_STATUS_SUCCESS && sz <= kWorkspaceCap && sz > most) most = sz;
   };
-  size_t sz = 0;
   switch (d) {
     case Dir::fwd:
       for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; ++a) {
         sz = 0;
         take(cudnnGetConvolutionForwardWorkspaceSize(h, plan.x, plan.w, plan.conv, plan.y,
-                                                     cudnnConvolutionFwdAlgo_t(a), &sz),
-             sz);
+                                                     cudnnConvolutionFwdAlgo_t(a), &sz));
       }
       break;
     case Dir::bwd_data:
       for (int a = 0; a < CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT; ++a) {
         sz = 0;
-        take(cudnnGetConvolutionBackwardDataWorkspaceSize(h, plan.w, plan.y, plan.conv, plan.x,
-                                                          cudnnConvolutionBwdDataAlgo_t(a), &sz),
-             sz);
+        take(cudnnGetConvolutionBackwardDataWorkspaceSize(
+            h, plan.w, plan.y, plan.conv, plan.x, cudnnConvolutionBwdDataAlgo_t(a), &sz));
       }
       break;
     case Dir::bwd_filter:
       for (int a = 0; a < CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT; ++a) {
         sz = 0;
         take(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                 h, plan.x, plan.y, plan.conv, plan.w, cudnnConvolutionBwdFilterAlgo_t(a), &sz),
-             sz);
+            h, plan.x, plan.y, plan.conv, plan.w, cudnnConvolutionBwdFilterAlgo_t(a), &sz));
       }
       break;
   }
@@ -251,9 +284,31 @@ size_t max_workspace(cudnnHandle_t h, Dir d, const ConvPlan& plan) {
 /// Runs the algorithm search of direction `d` on the prepared operands and stores the choice
 /// in the plan. Returns false (with `why` filled) when no acceptable algorithm exists.
 bool find_algo(CudaBackend& be, Dir d, DType dt, ConvPlan& plan, const Operands& o,
-               std::string& why) {
+               const std::string& key, std::string& why) {
   cudnnHandle_t h = be.cudnn();
   const bool tf32 = be.allow_tf32();
+  const std::string memo_key = fmt::format("{} dev{} in {} tf32={}", key, be.device().index,
+                                           layout_name(plan.layout), tf32);
+  std::mutex* mu = nullptr;
+  std::map<std::string, Choice>& memo = choices(mu);
+  auto adopt = [&](const Choice& c) {
+    switch (d) {
+      case Dir::fwd: plan.fwd_algo = cudnnConvolutionFwdAlgo_t(c.algo); break;
+      case Dir::bwd_data: plan.bwd_data_algo = cudnnConvolutionBwdDataAlgo_t(c.algo); break;
+      case Dir::bwd_filter: plan.bwd_filter_algo = cudnnConvolutionBwdFilterAlgo_t(c.algo); break;
+    }
+    plan.ws_bytes = c.ws_bytes;
+    RN50_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, c.math));
+    plan.found = true;
+  };
+  {
+    std::lock_guard<std::mutex> lock(*mu);
+    auto it = memo.find(memo_key);
+    if (it != memo.end()) {
+      adopt(it->second);
+      return true;
+    }
+  }
   const size_t ws_size = max_workspace(h, d, plan);
   void* ws = be.workspace.ensure(ws_size);
   int count = 0, got = 0, best = -1;
@@ -318,8 +373,15 @@ bool find_algo(CudaBackend& be, Dir d, DType dt, ConvPlan& plan, const Operands&
     if (why.empty()) why = "no algorithm returned";
     return false;
   }
-  RN50_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, math));
-  plan.found = true;
+  Choice c;
+  c.algo = d == Dir::fwd        ? int(plan.fwd_algo)
+           : d == Dir::bwd_data ? int(plan.bwd_data_algo)
+                                : int(plan.bwd_filter_algo);
+  c.ws_bytes = plan.ws_bytes;
+  c.math = math;
+  adopt(c);
+  std::lock_guard<std::mutex> lock(*mu);
+  memo.emplace(memo_key, c);
   return true;
 }
 
@@ -344,7 +406,7 @@ ConvPlan& get_plan(CudaBackend& be, Dir d, const Conv2dParams& p, const Geo& g, 
     std::unique_ptr<ConvPlan> plan = make_plan(be, l, dt, g, p);
     const Operands o = prepare(be, *plan, r.out, x, w, y);
     std::string why;
-    if (find_algo(be, d, dt, *plan, o, why))
+    if (find_algo(be, d, dt, *plan, o, key, why))
       return *be.conv_plans.emplace(key, std::move(plan)).first->second;
     failures += fmt::format("{}in {}: {}", failures.empty() ? "" : " | ", layout_name(l), why);
     // The conversions queued into this plan's scratch must finish before it is freed.
@@ -421,7 +483,7 @@ ConvPlan* fused_plan(CudaBackend& be, const Conv2dParams& p, const Geo& g, const
   const Operands o{x, w, y};
   std::string why;
   if (relu) {
-    if (!find_algo(be, Dir::fwd, dt, *plan, o, why)) return nullptr;
+    if (!find_algo(be, Dir::fwd, dt, *plan, o, key, why)) return nullptr;
   } else {
     plan->fwd_algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
     size_t ws = 0;
