@@ -19,7 +19,8 @@ namespace rn50 {
 
 /// The model's state with random BN parameters and running statistics (var in [0.2, 2]), as
 /// host tensors; loads them back into the model too.
-inline std::map<std::string, Tensor> randomise_bn(ResNet& model, uint64_t seed) {
+inline std::map<std::string, Tensor> randomise_bn(ResNet& model, uint64_t seed,
+                                                  float residual_gamma = 1.f) {
   std::mt19937_64 gen(seed);
   std::uniform_real_distribution<float> u(-1.f, 1.f), pos(0.2f, 2.f);
   std::map<std::string, Tensor> sd;
@@ -32,9 +33,15 @@ inline std::map<std::string, Tensor> randomise_bn(ResNet& model, uint64_t seed) 
                     name.find("downsample.1") != std::string::npos;
     if (bn && t.dtype() == DType::f32) {
       float* p = t.data_as<float>();
+      // The last BN of a residual branch (bn3 in a bottleneck, bn2 in a basic block) scaled
+      // by residual_gamma: small values keep the residual stream in fp16's range, as in a
+      // trained network (random BN statistics at 1 let ResNet-50's activations pass 65504).
+      const bool last = name.find(".bn3.") != std::string::npos ||
+                        (name.find(".bn2.") != std::string::npos && !model.desc().arch.bottleneck);
+      const float g = last ? residual_gamma : 1.f;
       for (int64_t i = 0; i < t.numel(); ++i)
         p[i] = ends(".running_var") ? pos(gen)
-               : ends(".weight")    ? 1.f + 0.5f * u(gen)
+               : ends(".weight")    ? g * (1.f + 0.5f * u(gen))
                                     : 0.5f * u(gen);
     }
     sd.emplace(name, t);
@@ -65,21 +72,21 @@ inline Tensor random_images(int64_t n, int64_t hw, uint64_t seed) {
 
 /// `arch` (`classes` outputs) with Kaiming weights (seed) and random BN parameters and
 /// statistics (seed + 1), built on the reference backend: its description and state dict.
-inline std::pair<NetworkDesc, std::map<std::string, Tensor>> random_weights(const std::string& arch,
-                                                                            int classes,
-                                                                            uint64_t seed) {
+inline std::pair<NetworkDesc, std::map<std::string, Tensor>> random_weights(
+    const std::string& arch, int classes, uint64_t seed, float residual_gamma = 1.f) {
   auto be = make_backend("ref");
   ModelOptions opt;
   opt.num_classes = classes;
   opt.layout = Layout::NCHW;
   ResNet model(*be, arch_from_name(arch), opt);
   model.init(seed);
-  return {model.desc(), randomise_bn(model, seed + 1)};
+  return {model.desc(), randomise_bn(model, seed + 1, residual_gamma)};
 }
 
-/// The folded program of random_weights(arch, classes, seed).
-inline InferenceProgram random_program(const std::string& arch, int classes, uint64_t seed) {
-  const auto [desc, sd] = random_weights(arch, classes, seed);
+/// The folded program of random_weights(arch, classes, seed, residual_gamma).
+inline InferenceProgram random_program(const std::string& arch, int classes, uint64_t seed,
+                                       float residual_gamma = 1.f) {
+  const auto [desc, sd] = random_weights(arch, classes, seed, residual_gamma);
   return fold_network(desc, sd);
 }
 

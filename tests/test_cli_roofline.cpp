@@ -278,9 +278,11 @@ TEST(CliRoofline, Refusals) {
   EXPECT_NE(out.find("rn50 bench peak"), std::string::npos) << out;
   EXPECT_EQ(run_command(kCli + " bench peak --profile", &out), 2) << out;
   EXPECT_EQ(run_command(kCli + " eval --profile", &out), 2) << out;
-  // The convolution algorithm switch (src/backend/cpu/conv_algo.h): a bad value is named.
+  // The convolution algorithm switch of the CPU backend (src/backend/cpu/conv_algo.h): a bad
+  // value is named (--device cpu: on a GPU machine auto picks the GPU, which has no such switch).
   EXPECT_NE(run_command("RN50_CONV_ALGO=fft " + kCli +
-                            " train --benchmark --data synthetic --arch resnet18 --crop-size 32 "
+                            " train --device cpu --benchmark --data synthetic --arch resnet18 "
+                            "--crop-size 32 "
                             "--batch-size 2 --benchmark-steps 1 --benchmark-warmup-steps 0",
                         &out),
             0);

@@ -190,7 +190,11 @@ TEST(InferDeviceEngine, RefEngineEqualsTheCpuEngine) {
 TEST(InferDeviceEngine, CudaEngineCloseToTheCpuEngine) {
   RN50_REQUIRE_OR_SKIP("gpu", cuda_device_count() > 0,
                        "no usable GPU: " << cuda_unavailable_reason());
-  const InferenceProgram prog = random_program("resnet50", 1000, 31);
+  // Residual-branch BN weights at 0.2: with random statistics at full weight ResNet-50's
+  // activations pass fp16's 65504 (logits up to 1.8e4 in fp32; the fp16 engines, the reference
+  // one too, then give NaN, as the first GPU run showed). At 0.2 the logits stay under 3 and the
+  // reference engine's fp16 is within 5e-4 of fp32 on this program.
+  const InferenceProgram prog = random_program("resnet50", 1000, 31, 0.2f);
   auto cpu = make_inference_engine(prog);
   const Tensor x = random_images(8, 224, 7);
   const Tensor want = cpu->run(x);

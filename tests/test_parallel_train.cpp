@@ -174,7 +174,10 @@ TEST(DistTrain, NcclAtWorldSizeOneMatchesNoCommunicator) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     lines.push_back(last_line_of_type(report, "benchmark"));
   }
-  EXPECT_NEAR(lines[1]["train.loss"].get<double>(), lines[0]["train.loss"].get<double>(), 1e-3);
+  // Two processes time cuDNN's algorithms separately and may choose different ones, whose
+  // rounding differs (seen on an H100: 7.0914 vs 7.0926); a communicator that changed the
+  // gradients (a wrong average, a missed allreduce) would move it by more than that.
+  EXPECT_NEAR(lines[1]["train.loss"].get<double>(), lines[0]["train.loss"].get<double>(), 5e-3);
 }
 
 }  // namespace
