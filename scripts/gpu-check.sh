@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Everything a GPU machine should check (issue 11, GUIDE.md section 6), in stages that fit the
-# device tool's calls (at most 600 s each, 30 minutes of device time in all):
+# Everything a GPU machine should check (issues 11 and 28, GUIDE.md section 6), in stages run in
+# one device call (at most 600 s; a session has 15 minutes of device time, start included):
 #   scripts/gpu-check.sh LOGDIR [STAGES]
 # STAGES, comma-separated, run in the order given (default: all of them in this order):
 #   probe  the machine: GPU, driver, nvcc, cmake, python/torch, where cuDNN, NCCL, cuBLAS and
@@ -9,30 +9,31 @@
 #          compute capability: 9.0 -> 90-real), Release
 #   test   the whole ctest suite with RN50_REQUIRE=gpu,torch (a test that would skip for want of
 #          a GPU, or of PyTorch when $PYTHON has it, fails instead; RN50_TEST_PYTHON points the
-#          tests at $PYTHON when /usr/bin/python3 has no torch), the CUDA op harness alone, and
-#          compute-sanitizer memcheck and racecheck on its conv and BatchNorm cases
+#          tests at $PYTHON when /usr/bin/python3 has no torch), then the CUDA op harness alone
 #   bench  rn50 vs torch_reference.py --bench train (channels_last) at batch 256, same run, same
 #          GPU: fp16 AMP, bf16 AMP, fp32 (TF32); images/s, ratio, GPU memory of each
-#   comm   the NCCL tests, then --dist-backend single vs nccl at world size 1 (the overhead)
 #   train  real JPEGs (deps/data/imagenette-mini), --amp, 224 px, as many epochs as fit in
 #          TRAIN_S seconds: loss, top-1 per epoch, images/s, data time per step
 #   infer  the GPU inference engine vs torch on the GPU (bench/infer_vs_peers.sh DEVICE=cuda,
 #          batch 1, 64, 256; latency percentiles)
-# The device calls (prepare first: bash scripts/gpu-deps.sh; the tool's idle release is short, so
-# issue the calls back to back, each carrying ["deps"] and starting with `build`, a no-op when
-# the machine is still warm, a full build when it is a fresh one):
-#   1. bash scripts/gpu-check.sh /tmp/g probe,build,test
-#   2. bash scripts/gpu-check.sh /tmp/g build,bench,comm
-#   3. bash scripts/gpu-check.sh /tmp/g build,train,infer
-# then unpack each $OUT/logs-*.tgz into bench/results/gpu/ and commit the text logs.
+#   comm   the NCCL tests, then --dist-backend single vs nccl at world size 1 (the overhead),
+#          COMM_REPEATS alternating pairs
+#   sanitize  compute-sanitizer memcheck and racecheck on the op harness's conv and BatchNorm
+#          cases
+# The device call (prepare first: bash scripts/gpu-deps.sh; carry ["deps"]):
+#   OUT=$OUT bash scripts/gpu-check.sh /tmp/g
+# with the default DEADLINE_S, the stages in priority order; a later call that starts a fresh
+# machine rebuilds (`build` first), one on a warm machine finds build-gpu done.
+# Unpack $OUT/logs-*.tgz into bench/results/gpu/ and commit the text logs.
 # Every step logs to LOGDIR/<step>.log and one line to LOGDIR/summary.txt. With OUT set (the
 # device tool's folder), the summary is also appended to $OUT/summary.txt as it goes, and at exit
 # LOGDIR is packed into $OUT/logs-<stages>.tgz (the tool brings back at most 8 files).
-# Time: DEADLINE_S (default 560) bounds the whole call: each step's timeout is cut to what is
+# Time: DEADLINE_S (default 540) bounds the whole call: each step's timeout is cut to what is
 # left, and a step with less than 20 s left is skipped (and says so). Per-step limits: BUILD_S
-# (480), TEST_S (420), TRAIN_S (270). Other knobs: REPEATS (2), BENCH_STEPS (100), BENCH_WARMUP
-# (20), PEER (deps/peers/torch_reference.py), PYTHON (default: the first of python3,
-# /usr/bin/python3, /opt/conda/bin/python3, /usr/local/bin/python3 that imports torch).
+# (300), TEST_S (200), BENCH_S (70 per precision), TRAIN_S (90), INFER_S (80; INFER_PRECISIONS,
+# default fp16), SAN_S (60 per tool). Other knobs: REPEATS (1), BENCH_STEPS (50), BENCH_WARMUP
+# (10), COMM_REPEATS (1), PEER (deps/peers/torch_reference.py), PYTHON (default: the first of
+# python3, /usr/bin/python3, /opt/conda/bin/python3, /usr/local/bin/python3 that imports torch).
 # Dependencies the image lacks come from deps/debs (scripts/gpu-deps.sh, run beforehand on a
 # machine with apt): unpacked once with dpkg -x into build-gpu-deps/ (never into /), their
 # pkg-config files pointed there. NVIDIA libraries that live only in Python packages
@@ -41,14 +42,14 @@
 # Exit status: non-zero if a stage failed (build, tests, a benchmark that produced no figure).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-LOG=${1:?usage: scripts/gpu-check.sh LOGDIR [probe,build,test,bench,comm,train,infer]}
-STAGES=${2:-probe,build,test,bench,comm,train,infer}
+LOG=${1:?usage: scripts/gpu-check.sh LOGDIR [probe,build,test,bench,train,infer,comm,sanitize]}
+STAGES=${2:-probe,build,test,bench,train,infer,comm,sanitize}
 mkdir -p "$LOG"
 LOG=$(cd "$LOG" && pwd)
 ROOT=$(pwd)
 summary="$LOG/summary.txt"
 START=$(date +%s)
-DEADLINE_S=${DEADLINE_S:-560}
+DEADLINE_S=${DEADLINE_S:-540}
 # The interpreter that has PyTorch (the peer, the parity tests, and the nvidia-* packages whose
 # cuDNN/NCCL/cuBLAS the build may use): $PYTHON, else the first of these that imports torch.
 PY=${PYTHON:-}
@@ -59,9 +60,9 @@ if [ -z "$PY" ]; then
 fi
 PY=${PY:-python3}
 PEER=${PEER:-deps/peers/torch_reference.py}
-REPEATS=${REPEATS:-2}
-STEPS=${BENCH_STEPS:-100}
-WARM=${BENCH_WARMUP:-20}
+REPEATS=${REPEATS:-1}
+STEPS=${BENCH_STEPS:-50}
+WARM=${BENCH_WARMUP:-10}
 failed=0
 
 say() {
@@ -175,7 +176,9 @@ build() {
 }
 
 run_tests() {
-  cd build-gpu && RN50_REQUIRE=$REQUIRE ctest -j 8 --output-on-failure --timeout 600
+  # Two OpenMP threads per test, as many tests as cores: the CPU tests share the machine.
+  cd build-gpu && OMP_NUM_THREADS=2 RN50_REQUIRE=$REQUIRE ctest -j "$(nproc)" \
+    --output-on-failure --timeout 300
 }
 
 # The CUDA cases of the op harness (tests/test_ops_*.cpp on op_backend_fixture.h) alone.
@@ -190,11 +193,11 @@ cuda_ops() {
 sanitize() {
   [ -n "$SANITIZER" ] || { echo "compute-sanitizer: absent"; return 0; }
   local f='*Conv2d*/cuda_*:*BatchNorm*/cuda_*'
-  "$SANITIZER" --tool memcheck --error-exitcode 3 ./build-gpu/test_ops_conv_bn \
-    --gtest_filter="$f"
+  timeout "${SAN_S:-60}" "$SANITIZER" --tool memcheck --error-exitcode 3 \
+    ./build-gpu/test_ops_conv_bn --gtest_filter="$f"
   local a=$?
-  "$SANITIZER" --tool racecheck --error-exitcode 3 ./build-gpu/test_ops_conv_bn \
-    --gtest_filter="$f"
+  timeout "${SAN_S:-60}" "$SANITIZER" --tool racecheck --error-exitcode 3 \
+    ./build-gpu/test_ops_conv_bn --gtest_filter="$f"
   local b=$?
   echo "memcheck rc=$a racecheck rc=$b"
   [ $a = 0 ] && [ $b = 0 ]
@@ -204,11 +207,11 @@ bench() {
   for p in fp16 bf16 fp32; do
     if [ -f "$PEER" ]; then
       PRECISION=$p DEVICE=cuda REPEATS=$REPEATS PEER=$PEER BUILD_DIR=build-gpu PYTHON=$PY \
-        step "bench_$p" 200 bench/train_vs_torch.sh 256 224 "$STEPS" "$WARM"
+        step "bench_$p" "${BENCH_S:-70}" bench/train_vs_torch.sh 256 224 "$STEPS" "$WARM"
     else
       local a=()
       case $p in fp16) a=(--amp) ;; bf16) a=(--amp --amp-dtype bf16) ;; esac
-      step "bench_$p" 120 ./build-gpu/rn50 train --benchmark --data synthetic --device cuda \
+      step "bench_$p" "${BENCH_S:-70}" ./build-gpu/rn50 train --benchmark --data synthetic --device cuda \
         "${a[@]}" --batch-size 256 --benchmark-steps "$STEPS" --benchmark-warmup-steps "$WARM"
     fi
     local line
@@ -219,14 +222,14 @@ bench() {
 }
 
 comm() {
-  RN50_REQUIRE=gpu step nccl_tests 120 ./build-gpu/test_parallel_mpi --gtest_filter='DistNccl*'
+  RN50_REQUIRE=gpu step nccl_tests 60 ./build-gpu/test_parallel_mpi --gtest_filter='DistNccl*'
   say "nccl tests: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOG/nccl_tests.log" | tr '\n' ' ')"
   grep -q '^\[  PASSED  \]' "$LOG/nccl_tests.log" && ! grep -q FAILED "$LOG/nccl_tests.log" ||
     failed=1
   # Alternating runs; the medians and their ratio.
-  for i in $(seq 3); do
+  for i in $(seq "${COMM_REPEATS:-1}"); do
     for kind in single nccl; do
-      step "comm_${kind}_$i" 90 ./build-gpu/rn50 train --benchmark --data synthetic \
+      step "comm_${kind}_$i" 60 ./build-gpu/rn50 train --benchmark --data synthetic \
         --device cuda --amp --batch-size 256 --benchmark-steps "$STEPS" \
         --benchmark-warmup-steps "$WARM" --dist-backend $kind --report-file "$LOG/comm_${kind}_$i.jsonl"
     done
@@ -254,7 +257,7 @@ EOF
 train_jpeg() {
   [ -d deps/data/imagenette-mini/train ] || { say "train: no deps/data/imagenette-mini"; return 1; }
   rm -rf build-gpu/ckpt
-  step train_jpeg "${TRAIN_S:-270}" ./build-gpu/rn50 train --image-root deps/data/imagenette-mini \
+  step train_jpeg "${TRAIN_S:-90}" ./build-gpu/rn50 train --image-root deps/data/imagenette-mini \
     --device cuda --amp --epochs "${TRAIN_EPOCHS:-40}" --warmup-epochs 2 --batch-size 256 \
     --crop-size 224 --checkpoint-dir build-gpu/ckpt --report-file "$LOG/train_jpeg.jsonl"
   local rc=$?
@@ -262,7 +265,7 @@ train_jpeg() {
   [ -n "${OUT:-}" ] && grep 'done:' "$LOG/train_jpeg.log" | sed 's/^/  /' >> "$OUT/summary.txt"
   local why="" n
   n=$(grep -c 'done:' "$LOG/train_jpeg.log")
-  [ $rc = 124 ] && why=" (cut at TRAIN_S=${TRAIN_S:-270}s, as planned)"
+  [ $rc = 124 ] && why=" (cut at TRAIN_S=${TRAIN_S:-90}s, as planned)"
   [ $rc != 0 ] && [ $rc != 124 ] && why=": $(grep -iE 'error|what\(\)' "$LOG/train_jpeg.log" | tail -1)"
   say "train: rc $rc$why, $n epochs"
   grep -q 'done:' "$LOG/train_jpeg.log"
@@ -271,7 +274,8 @@ train_jpeg() {
 infer() {
   [ -f "$PEER" ] || { say "infer: no peer at $PEER"; return 1; }
   DEVICE=cuda BUILD_DIR=build-gpu PEER="$PEER" REPEATS=1 PYTHON=$PY DATA=deps/data/imagenette-mini \
-    step infer 200 bench/infer_vs_peers.sh 1,64,256 224 "$STEPS" "$WARM"
+    PRECISIONS=${INFER_PRECISIONS:-fp16} \
+    step infer "${INFER_S:-80}" bench/infer_vs_peers.sh 1,64,256 224 "$STEPS" "$WARM"
   local rc=$?
   grep -E 'rn50|torch|ratio' "$LOG/infer.log" | sed 's/^/  /' | tee -a "$summary"
   [ -n "${OUT:-}" ] && grep -E 'rn50|torch|ratio' "$LOG/infer.log" | sed 's/^/  /' >> "$OUT/summary.txt"
@@ -285,26 +289,29 @@ for s in ${STAGES//,/ }; do
   case $s in
     probe) (probe) > "$LOG/probe.log" 2>&1; say "probe: $(sed -n '/^== python/,/^== nvidia/p' "$LOG/probe.log" | grep -v '^==' | tail -1)" ;;
     build)
-      if step build "${BUILD_S:-480}" build; then
-        say "build: ok ($ARCHS, $(grep -E 'rn50: (CUDA|MPI)' "$LOG/build.log" | tr '\n' ' '))"
+      t0=$(date +%s)
+      if step build "${BUILD_S:-300}" build; then
+        say "build: ok in $(($(date +%s) - t0))s ($ARCHS, $(grep -E 'rn50: (CUDA|MPI)' "$LOG/build.log" | tr '\n' ' '))"
       else
         failed=1; say "build: FAILED"; tail -30 "$LOG/build.log"
         break
       fi ;;
     test)
-      step ctest "${TEST_S:-420}" run_tests
+      t0=$(date +%s)
+      step ctest "${TEST_S:-200}" run_tests
       rc=$?; [ $rc = 0 ] || failed=1
-      say "ctest: rc $rc, $(grep -E 'tests passed|tests failed' "$LOG/ctest.log" | tail -1)"
+      say "ctest: rc $rc in $(($(date +%s) - t0))s, $(grep -E 'tests passed|tests failed' "$LOG/ctest.log" | tail -1)"
       grep -E '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)' "$LOG/ctest.log" | sed 's/^/  /' | tee -a "$summary"
-      step cuda_ops 150 cuda_ops || failed=1
-      say "cuda op harness: $(grep -E '^\[  (PASSED|FAILED) ' "$LOG/cuda_ops.log" | tr '\n' ' ')"
-      step sanitizer 150 sanitize
+      step cuda_ops 60 cuda_ops || failed=1
+      say "cuda op harness: $(grep -E '^\[  (PASSED|FAILED) ' "$LOG/cuda_ops.log" | tr '\n' ' ')" ;;
+    sanitize)
+      step sanitizer $((2 * ${SAN_S:-60} + 10)) sanitize
       say "compute-sanitizer: $(tail -1 "$LOG/sanitizer.log")" ;;
     bench) bench ;;
     comm) comm ;;
     train) train_jpeg || failed=1 ;;
     infer) infer || failed=1 ;;
-    *) say "unknown stage '$s' (known: probe,build,test,bench,comm,train,infer)"; failed=1 ;;
+    *) say "unknown stage '$s' (known: probe,build,test,bench,train,infer,comm,sanitize)"; failed=1 ;;
   esac
 done
 say "gpu-check: done in $(($(date +%s) - START))s, failed=$failed"
