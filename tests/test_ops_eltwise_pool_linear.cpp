@@ -113,6 +113,8 @@ const PoolCase kPoolCases[] = {
     {2, 16, 16, 16, {3, 2, 1}},  // even input
     {1, 8, 9, 7, {2, 2, 0}},
     {1, 8, 6, 6, {3, 1, 1}},
+    {1, 80, 8, 8, {3, 2, 1}},   // two channel blocks, the second partial
+    {1, 80, 7, 9, {2, 3, 0}},   // stride above the kernel: rows 2, 5 and 6 get no gradient
 };
 
 TEST_P(OpsBackend, MaxPool) {

@@ -4,9 +4,11 @@
 // strict '>' with NaN taking over; padding never selected) and routes dy there, summing where
 // windows overlap. This avoids keeping oneDNN's forward workspace between calls.
 // f32, or bf16 under CPU AMP (the backward loop then sums in float and rounds once).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "backend/cpu/onednn_backend.h"
 #include "core/bf16.h"
@@ -54,17 +56,25 @@ memory::desc pooled_md(const Tensor& x) {
   return md_of({x.n(), x.c(), 1, 1}, x.dtype(), x.layout() == Layout::NHWC ? tag::nhwc : tag::nchw);
 }
 
-/// The maxpool backward loop (see the file comment) on element type T (float or bf16 bits);
-/// dx accumulates into `acc` (float, dx's layout: the sum of overlapping windows' gradients is
-/// formed in float), which the caller stores into dx.
+/// The maxpool backward loop (see the file comment) on element type T (float or bf16 bits).
+/// Writes every element of dx exactly once. Each task owns one image and channel block and walks
+/// the output rows in order; the gradients of the input rows the current windows reach are
+/// summed in float in a ring of `kernel` rows (windows of later output rows never reach rows
+/// above the current window), and each input row is stored into dx (rounded once for bf16;
+/// zeros for rows no window selected from) as soon as it is final. Summation order is that of
+/// the output pixels, as in torch. The argmax is kept as the pixel's offset in the ring, found
+/// once per window tap. The previous loop (a flat ih * W + iw argmax split by two integer
+/// divisions per element, and a whole-tensor float accumulator in bf16) took 33.7 ms (bf16)
+/// and 24.3 ms (fp32) of a ResNet-50 step at batch 32 on 2 Sapphire Rapids cores; this one
+/// 13.7 and 17.1 (medians of 3 alternating --profile runs).
 template <class T>
-void maxpool_bwd_loop(const Pool2dParams& p, const Tensor& x, const Tensor& dy, Tensor& dx,
-                      float* acc) {
+void maxpool_bwd_loop(const Pool2dParams& p, const Tensor& x, const Tensor& dy, Tensor& dx) {
   const int64_t N = x.n(), C = x.c(), H = x.h(), W = x.w(), OH = dy.h(), OW = dy.w();
   const int K = p.kernel, S = p.stride, P = p.pad;
   const Strides xs = strides_of(x), gs = strides_of(dy), ds = strides_of(dx);
   const T* xp = x.data_as<const T>();
   const T* gp = dy.data_as<const T>();
+  T* dp = dx.data_as<T>();
   constexpr int64_t CB = 64;  // channel block (channels-last inner loop)
   const int64_t NCB = (C + CB - 1) / CB;
   const bool chan_inner = x.layout() == Layout::NHWC;
@@ -75,24 +85,47 @@ void maxpool_bwd_loop(const Pool2dParams& p, const Tensor& x, const Tensor& dy, 
     const int64_t n = chan_inner ? t / NCB : t / C;
     const int64_t c0 = chan_inner ? (t % NCB) * CB : t % C;
     const int64_t cn = chan_inner ? std::min(CB, C - c0) : 1;
-    // Window argmax per channel as a flat index ih * W + iw (int32: H * W < 2^31 is checked
-    // by the caller), updated without branches so that the channel loop vectorises.
+    // ring[(ih % K) * W * cn + iw * cn + c]: the float sums of input row ih.
+    std::vector<float> ring(static_cast<size_t>(K * W * cn));
+    int64_t flushed = 0;  // input rows [0, flushed) are stored in dx
+    int64_t opened = 0;   // input rows [flushed, opened) are live in the ring
+    // Stores input rows [flushed, end) into dx: live rows from the ring, others as zeros.
+    auto flush = [&](int64_t end) {
+      for (; flushed < end; ++flushed) {
+        const float* r = ring.data() + (flushed % K) * W * cn;
+        const bool live = flushed < opened;
+        for (int64_t iw = 0; iw < W; ++iw) {
+          T* d = dp + n * ds.n + flushed * ds.h + iw * ds.w + c0 * ds.c;
+          for (int64_t c = 0; c < cn; ++c) narrow(d[c * ds.c], live ? r[iw * cn + c] : 0.f);
+        }
+      }
+      opened = std::max(opened, flushed);
+    };
+    // Window argmax per channel as the offset of its input pixel in the ring (computed once
+    // per tap: no division per element; int32: K * W * cn < 2^31 is checked by the caller),
+    // updated without branches so that the channel loop vectorises.
     float best[CB];
     int32_t arg[CB];
     for (int64_t oh = 0; oh < OH; ++oh) {
       const int64_t h0 = std::max<int64_t>(oh * S - P, 0);
       const int64_t h1 = std::min<int64_t>(oh * S - P + K, H);
+      flush(std::min(h0, H));  // no window from here on reaches rows above h0
+      for (; opened < h1; ++opened)
+        std::fill_n(ring.data() + (opened % K) * W * cn, W * cn, 0.f);
       for (int64_t ow = 0; ow < OW; ++ow) {
         const int64_t w0 = std::max<int64_t>(ow * S - P, 0);
         const int64_t w1 = std::min<int64_t>(ow * S - P + K, W);
+        const auto at = [&](int64_t ih, int64_t iw) {
+          return static_cast<int32_t>(((ih % K) * W + iw) * cn);
+        };
         for (int64_t c = 0; c < cn; ++c) {
           best[c] = -std::numeric_limits<float>::infinity();
-          arg[c] = static_cast<int32_t>(h0 * W + w0);
+          arg[c] = at(h0, w0);
         }
         for (int64_t ih = h0; ih < h1; ++ih) {
           for (int64_t iw = w0; iw < w1; ++iw) {
             const int64_t base = n * xs.n + ih * xs.h + iw * xs.w + c0 * xs.c;
-            const auto idx = static_cast<int32_t>(ih * W + iw);
+            const int32_t idx = at(ih, iw);
             for (int64_t c = 0; c < cn; ++c) {
               const float v = widen(xp[base + c * xs.c]);
               const bool take = v > best[c] || v != v;  // strict '>', NaN takes over
@@ -102,12 +135,10 @@ void maxpool_bwd_loop(const Pool2dParams& p, const Tensor& x, const Tensor& dy, 
           }
         }
         const int64_t gbase = n * gs.n + oh * gs.h + ow * gs.w + c0 * gs.c;
-        for (int64_t c = 0; c < cn; ++c) {
-          const int64_t ih = arg[c] / W, iw = arg[c] % W;
-          acc[n * ds.n + ih * ds.h + iw * ds.w + (c0 + c) * ds.c] += widen(gp[gbase + c * gs.c]);
-        }
+        for (int64_t c = 0; c < cn; ++c) ring[arg[c] + c] += widen(gp[gbase + c * gs.c]);
       }
     }
+    flush(H);
   }
 }
 
@@ -138,22 +169,12 @@ void OnednnBackend::maxpool2d_bwd(const Pool2dParams& p, const Tensor& x, const 
   check_tensor(op, "dx", dx, x.dtype());
   check_same_shape(op, x, "x", dx, "dx");
   check_tensor(op, "dy", dy, x.dtype());
-  RN50_CHECK(x.h() * x.w() <= std::numeric_limits<int32_t>::max(),
-             "onednn {}: a {}x{} plane is too large for the window index", op, x.h(), x.w());
-  if (x.dtype() == DType::f32) {
-    zero(dx);
-    maxpool_bwd_loop<float>(p, x, dy, dx, dx.data_as<float>());
-    return;
-  }
-  // bf16: accumulate in a float buffer in dx's layout, then round once.
-  const int64_t n = dx.numel();
-  float* acc = static_cast<float*>(scratch(kScratchWork, static_cast<size_t>(n) * sizeof(float)));
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) acc[i] = 0.f;
-  maxpool_bwd_loop<uint16_t>(p, x, dy, dx, acc);
-  uint16_t* d = dx.data_as<uint16_t>();
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(acc[i]);
+  RN50_CHECK(int64_t{p.kernel} * x.w() * 64 <= std::numeric_limits<int32_t>::max(),
+             "onednn {}: rows of {} pixels are too wide for the window index", op, x.w());
+  if (x.dtype() == DType::f32)
+    maxpool_bwd_loop<float>(p, x, dy, dx);
+  else
+    maxpool_bwd_loop<uint16_t>(p, x, dy, dx);
 }
 
 void OnednnBackend::global_avgpool_fwd(const Tensor& x, Tensor& y) {
