@@ -104,6 +104,9 @@ void maxpool_bwd_loop(const Pool2dParams& p, const Tensor& x, const Tensor& dy, 
     // Window argmax per channel as the offset of its input pixel in the ring (computed once
     // per tap: no division per element; int32: K * W * cn < 2^31 is checked by the caller),
     // updated without branches so that the channel loop vectorises.
+    const auto at = [&](int64_t ih, int64_t iw) {
+      return static_cast<int32_t>(((ih % K) * W + iw) * cn);
+    };
     float best[CB];
     int32_t arg[CB];
     for (int64_t oh = 0; oh < OH; ++oh) {
@@ -115,9 +118,6 @@ void maxpool_bwd_loop(const Pool2dParams& p, const Tensor& x, const Tensor& dy, 
       for (int64_t ow = 0; ow < OW; ++ow) {
         const int64_t w0 = std::max<int64_t>(ow * S - P, 0);
         const int64_t w1 = std::min<int64_t>(ow * S - P + K, W);
-        const auto at = [&](int64_t ih, int64_t iw) {
-          return static_cast<int32_t>(((ih % K) * W + iw) * cn);
-        };
         for (int64_t c = 0; c < cn; ++c) {
           best[c] = -std::numeric_limits<float>::infinity();
           arg[c] = at(h0, w0);

@@ -4,10 +4,11 @@
 // Each call maps to a ConvPlan (plans.h) keyed by direction, the three tensors (dtype, logical
 // shape, layout, pointer alignment), stride and pad. On the first call with a key the plan's
 // descriptors are built and the algorithm is chosen ONCE by cudnnFind*AlgorithmEx on the
-// caller's tensors, given as much workspace as the most demanding algorithm asks (up to kWorkspaceCap): the fastest
-// deterministic result whose status is success, whose workspace fits kWorkspaceCap and whose
-// math type is allowed (no TF32 for F32 when BackendOptions::allow_tf32 is false); a
-// non-deterministic one only when no deterministic one qualifies. The choice is remembered
+// caller's tensors, given as much workspace as the most demanding algorithm asks (up to
+// kWorkspaceCap): the fastest deterministic result whose status is success, whose workspace
+// fits kWorkspaceCap and whose math type is allowed (no TF32 for F32 when
+// BackendOptions::allow_tf32 is false); a non-deterministic one only when no deterministic one
+// qualifies. The choice is remembered
 // for the whole process (another backend or model with the same convolution takes it without
 // searching). The shared workspace is grown to the plan's need then; later calls neither
 // allocate nor synchronise, so they can be recorded into a CUDA graph.
@@ -171,15 +172,23 @@ struct Choice {
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;  ///< math type it was timed with
 };
 
+/// The outcome a search result `r` stands for.
+template <class Perf>
+Choice choice_of(const Perf& r) {
+  return Choice{static_cast<int>(r.algo), r.memory, r.mathType};
+}
+
 /// Search outcomes shared by every backend of the process, keyed by the plan's key, device,
 /// compute layout and TF32 setting (as PyTorch's cudnn.benchmark cache is): a second model or
 /// backend with the same convolutions takes the same algorithms instead of timing again, so
 /// two runs in one process compute the same numbers, and the search is paid once.
-std::map<std::string, Choice>& choices(std::mutex*& mu) {
-  static std::mutex m;
-  static std::map<std::string, Choice> c;
-  mu = &m;
-  return c;
+struct ChoiceTable {
+  std::mutex mu;
+  std::map<std::string, Choice> by_key;
+};
+ChoiceTable& choice_table() {
+  static ChoiceTable t;
+  return t;
 }
 
 /// A role operand as cuDNN sees it: the caller's tensor when its memory order already matches
@@ -289,8 +298,7 @@ bool find_algo(CudaBackend& be, Dir d, DType dt, ConvPlan& plan, const Operands&
   const bool tf32 = be.allow_tf32();
   const std::string memo_key = fmt::format("{} dev{} in {} tf32={}", key, be.device().index,
                                            layout_name(plan.layout), tf32);
-  std::mutex* mu = nullptr;
-  std::map<std::string, Choice>& memo = choices(mu);
+  ChoiceTable& table = choice_table();
   auto adopt = [&](const Choice& c) {
     switch (d) {
       case Dir::fwd: plan.fwd_algo = cudnnConvolutionFwdAlgo_t(c.algo); break;
@@ -302,9 +310,9 @@ bool find_algo(CudaBackend& be, Dir d, DType dt, ConvPlan& plan, const Operands&
     plan.found = true;
   };
   {
-    std::lock_guard<std::mutex> lock(*mu);
-    auto it = memo.find(memo_key);
-    if (it != memo.end()) {
+    std::lock_guard<std::mutex> lock(table.mu);
+    auto it = table.by_key.find(memo_key);
+    if (it != table.by_key.end()) {
       adopt(it->second);
       return true;
     }
@@ -313,7 +321,7 @@ bool find_algo(CudaBackend& be, Dir d, DType dt, ConvPlan& plan, const Operands&
   void* ws = be.workspace.ensure(ws_size);
   int count = 0, got = 0, best = -1;
   cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
-  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  Choice chosen;
   switch (d) {
     case Dir::fwd: {
       RN50_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &count));
@@ -323,11 +331,7 @@ bool find_algo(CudaBackend& be, Dir d, DType dt, ConvPlan& plan, const Operands&
                                                   res.data(), ws, ws_size);
       if (st != CUDNN_STATUS_SUCCESS) break;
       best = pick(res, got, dt, tf32, why);
-      if (best >= 0) {
-        plan.fwd_algo = res[best].algo;
-        plan.ws_bytes = res[best].memory;
-        math = res[best].mathType;
-      }
+      if (best >= 0) chosen = choice_of(res[best]);
       break;
     }
     case Dir::bwd_data: {
@@ -340,11 +344,7 @@ bool find_algo(CudaBackend& be, Dir d, DType dt, ConvPlan& plan, const Operands&
                                                        ws_size);
       if (st != CUDNN_STATUS_SUCCESS) break;
       best = pick(res, got, dt, tf32, why);
-      if (best >= 0) {
-        plan.bwd_data_algo = res[best].algo;
-        plan.ws_bytes = res[best].memory;
-        math = res[best].mathType;
-      }
+      if (best >= 0) chosen = choice_of(res[best]);
       break;
     }
     case Dir::bwd_filter: {
@@ -357,11 +357,7 @@ bool find_algo(CudaBackend& be, Dir d, DType dt, ConvPlan& plan, const Operands&
                                                          ws_size);
       if (st != CUDNN_STATUS_SUCCESS) break;
       best = pick(res, got, dt, tf32, why);
-      if (best >= 0) {
-        plan.bwd_filter_algo = res[best].algo;
-        plan.ws_bytes = res[best].memory;
-        math = res[best].mathType;
-      }
+      if (best >= 0) chosen = choice_of(res[best]);
       break;
     }
   }
@@ -373,15 +369,9 @@ bool find_algo(CudaBackend& be, Dir d, DType dt, ConvPlan& plan, const Operands&
     if (why.empty()) why = "no algorithm returned";
     return false;
   }
-  Choice c;
-  c.algo = d == Dir::fwd        ? int(plan.fwd_algo)
-           : d == Dir::bwd_data ? int(plan.bwd_data_algo)
-                                : int(plan.bwd_filter_algo);
-  c.ws_bytes = plan.ws_bytes;
-  c.math = math;
-  adopt(c);
-  std::lock_guard<std::mutex> lock(*mu);
-  memo.emplace(memo_key, c);
+  adopt(chosen);
+  std::lock_guard<std::mutex> lock(table.mu);
+  table.by_key.emplace(memo_key, chosen);
   return true;
 }
 
