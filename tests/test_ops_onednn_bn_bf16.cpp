@@ -4,16 +4,22 @@
 // per thread and a mean well away from zero: forward (y, batch and running statistics) and
 // backward (dx, dgamma, dbeta) with and without the ReLU against the float64 reference, the
 // result identical from call to call (the sums' order does not depend on timing), and x / y
-// (dy / dx) given as one buffer (in place) giving the same answer as separate buffers.
+// (dy / dx) given as one buffer (in place) giving the same answer as separate buffers; the
+// forward's AVX-512 statistics tiles giving the row loops' bits; and the BN fused with a
+// residual join (batchnorm_add_relu_fwd_train) against the reference's BN, add and ReLU.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "backend/cpu/batchnorm_nhwc.h"
 #include "backend/cpu/onednn_backend.h"
+#include "core/bf16.h"
+#include "rn50/error.h"
 #include "op_backend_fixture.h"
 #include "rn50/backend.h"
 
@@ -124,6 +130,80 @@ TEST_F(BnBf16Nhwc, InPlaceEqualsOutOfPlace) {
   be_->batchnorm_bwd(p, xkeep, buf, gbuf, gd, sm2, sv2, gbuf, dg2, db2);
   EXPECT_TRUE(same_bytes(gbuf, dx)) << "in-place backward";
   EXPECT_TRUE(same_bytes(dg2, dg) && same_bytes(db2, db));
+}
+
+// The forward's statistics in AVX-512 tiles (C a multiple of 32: 128-channel tiles, then
+// 32-channel ones) add each channel's terms in the row loops' order: the same bits, with and
+// without a residual, over whole and partial chunks of rows.
+TEST_F(BnBf16Nhwc, TiledStatisticsGiveTheRowLoopsBits) {
+  std::uniform_real_distribution<float> u(2.f, 6.f), z(-2.f, 2.f);
+  for (int64_t C : {32, 64, 160, 2048}) {
+    const int64_t M = 3 * 64 + 17;
+    std::vector<uint16_t> x(static_cast<size_t>(M * C)), r(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = float_to_bf16(u(rng_));
+      r[i] = float_to_bf16(z(rng_));
+    }
+    std::vector<float> g(static_cast<size_t>(C)), b(g.size());
+    for (size_t c = 0; c < g.size(); ++c) {
+      g[c] = 0.5f + u(rng_) / 6;
+      b[c] = z(rng_) / 4;
+    }
+    for (const uint16_t* res : {static_cast<const uint16_t*>(nullptr), std::as_const(r).data()}) {
+      SCOPED_TRACE("C " + std::to_string(C) + (res ? " with residual" : ""));
+      std::vector<uint16_t> y1(x.size()), y2(x.size());
+      std::vector<float> m1(g.size()), v1(g.size()), m2(g.size()), v2(g.size());
+      onednn::bn_bf16_nhwc_fwd_train(x.data(), res, y1.data(), M, C, g.data(), b.data(), 1e-5f,
+                                     true, m1.data(), v1.data(), onednn::BnLoops::fastest);
+      onednn::bn_bf16_nhwc_fwd_train(x.data(), res, y2.data(), M, C, g.data(), b.data(), 1e-5f,
+                                     true, m2.data(), v2.data(), onednn::BnLoops::portable);
+      EXPECT_EQ(m1, m2);
+      EXPECT_EQ(v1, v2);
+      EXPECT_EQ(y1, y2);
+    }
+  }
+}
+
+// y = max(BN(x) + residual, 0) in one pass, rounded once: against the reference's batch norm,
+// add and ReLU in float64 (statistics and running statistics as batchnorm_fwd_train's). On
+// f32 the oneDNN backend has no fused kernel and runs the two ops (Backend's default): the same
+// bits as calling them. y may not be the residual's buffer.
+TEST_F(BnBf16Nhwc, FusedResidualJoinMatchesTheReference) {
+  ASSERT_TRUE(be_->supports(Op::batchnorm_add_relu, B16, NHWC));
+  EXPECT_FALSE(be_->supports(Op::batchnorm_add_relu, F32, NHWC));
+  Backend& ref = ref_backend();
+  const std::vector<int64_t> shape{4, 64, 10, 12};
+  const int64_t C = shape[1];
+  BatchNormParams p;  // p.relu is ignored: the ReLU follows the add
+  Tensor x = rand(shape, 2.0, 6.0), res = rand(shape, -2, 2);
+  Tensor g = rand({C}, 0.5, 1.5), b = rand({C}, -0.5, 0.5);
+  Tensor rm0 = rand({C}, -0.2, 0.2), rv0 = rand({C}, 0.5, 2);
+  Tensor rm = upload(*be_, rm0, F32, NCHW), rv = upload(*be_, rv0, F32, NCHW);
+  Tensor xd = upload(*be_, x, B16, NHWC), zd = upload(*be_, res, B16, NHWC);
+  Tensor gd = upload(*be_, g, F32, NCHW), bd = upload(*be_, b, F32, NCHW);
+  Tensor y = out(shape, B16, NHWC), sm = out({C}, F32), sv = out({C}, F32);
+  be_->batchnorm_add_relu_fwd_train(p, xd, zd, gd, bd, rm, rv, y, sm, sv);
+  Tensor rmr = ref_input(rm0, F32, NCHW), rvr = ref_input(rv0, F32, NCHW);
+  Tensor yr = rout(shape), smr = rout({C}), svr = rout({C});
+  ref.batchnorm_fwd_train(p, ref_input(x, B16, NHWC), ref_input(g, F32, NCHW),
+                          ref_input(b, F32, NCHW), rmr, rvr, yr, smr, svr);
+  ref.add_relu_fwd(yr, ref_input(res, B16, NHWC), yr);
+  check("y", y, yr, for_dtype(kBnFwd, B16));
+  check("save_mean", sm, smr, kBnFwd);
+  check("save_var", sv, svr, kBnFwd);
+  check("running_mean", rm, rmr, kBnFwd);
+  check("running_var", rv, rvr, kBnFwd);
+  EXPECT_THROW(be_->batchnorm_add_relu_fwd_train(p, xd, zd, gd, bd, rm, rv, zd, sm, sv), Error);
+
+  // f32: Backend's default, the two ops.
+  Tensor xf = upload(*be_, x, F32, NHWC), zf = upload(*be_, res, F32, NHWC);
+  Tensor y1 = out(shape, F32, NHWC), y2 = out(shape, F32, NHWC);
+  Tensor rm1 = upload(*be_, rm0, F32, NCHW), rv1 = upload(*be_, rv0, F32, NCHW);
+  Tensor rm2 = upload(*be_, rm0, F32, NCHW), rv2 = upload(*be_, rv0, F32, NCHW);
+  be_->batchnorm_add_relu_fwd_train(p, xf, zf, gd, bd, rm1, rv1, y1, sm, sv);
+  be_->batchnorm_fwd_train(p, xf, gd, bd, rm2, rv2, y2, sm, sv);
+  be_->add_relu_fwd(y2, zf, y2);
+  EXPECT_TRUE(same_bytes(y1, y2) && same_bytes(rm1, rm2) && same_bytes(rv1, rv2));
 }
 
 }  // namespace

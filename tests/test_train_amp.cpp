@@ -28,6 +28,7 @@
 #include "rn50/backend.h"
 #include "rn50/data.h"
 #include "rn50/model.h"
+#include "rn50/profile.h"
 #include "model/input_stage.h"
 #include "train/train_step.h"
 #include "require.h"
@@ -149,6 +150,48 @@ TEST(TrainAmp, OnednnBf16CloseToF32) {
   if (!make_backend("onednn")->supports(Op::conv2d, DType::bf16, Layout::NHWC))
     GTEST_SKIP() << "oneDNN has no bf16 kernels on this CPU";
   check_half_close_to_f32([] { return make_backend("onednn"); }, {DType::bf16});
+}
+
+// CPU bf16 NHWC: the training forward runs each block's last BatchNorm and its residual join as
+// one fused op (Backend::batchnorm_add_relu_fwd_train), on the BN of the join's input computed
+// last: in downsampling blocks (the first of each stage) and in an identity block (stage 1's
+// second). Eval keeps the separate ops. The fused path's numbers are checked by
+// OnednnBf16CloseToF32 (its network's four blocks all fuse) and, op by op, by
+// test_ops_onednn_bn_bf16.
+TEST(TrainAmp, OnednnBf16FusesEachBlocksLastBatchNormWithItsJoin) {
+  auto plain = make_backend("onednn");
+  if (!plain->supports(Op::batchnorm_add_relu, DType::bf16, Layout::NHWC))
+    GTEST_SKIP() << "oneDNN has no bf16 kernels on this CPU";
+  EXPECT_FALSE(plain->supports(Op::batchnorm_add_relu, DType::f32, Layout::NHWC));
+  auto be = make_profiling_backend(make_backend("onednn"));
+  const ArchSpec net{"bottleneck2111", true, {2, 1, 1, 1}};  // 5 joins: 4 downsampling
+  ModelOptions mo;
+  mo.num_classes = 10;
+  mo.layout = Layout::NHWC;
+  mo.compute_dtype = DType::bf16;
+  ResNet m(*be, net, mo);
+  m.init(3);
+  InputStage in(*be, Layout::NHWC, DType::bf16, 10, 1);
+  in.load(random_batch(8, 32, 10, 4));
+  auto calls = [](const OpProfiler& p, const std::string& op) {
+    for (const OpProfiler::Row& r : p.rows())
+      if (r.op == op) return r.calls;
+    return int64_t{0};
+  };
+  OpProfiler train, eval;
+  {
+    OpProfiler::Activation on(train);
+    m.forward(in.x(), true);
+  }
+  {
+    OpProfiler::Activation on(eval);
+    m.forward(in.x(), false);
+  }
+  EXPECT_EQ(calls(train, "batchnorm+add+relu fwd (train)"), 5);
+  EXPECT_EQ(calls(train, "add+relu fwd"), 0);
+  EXPECT_EQ(calls(train, "batchnorm fwd (train)"), 1 + 3 * 5 + 4 - 5);  // stem + the rest
+  EXPECT_EQ(calls(eval, "batchnorm+add+relu fwd (train)"), 0);
+  EXPECT_EQ(calls(eval, "add+relu fwd"), 5);
 }
 
 TEST(TrainAmp, CudaHalfPrecisionCloseToF32) {

@@ -115,7 +115,8 @@ struct LossScaleParams {
 enum class Op {
   conv2d, batchnorm, relu, add, add_relu, maxpool2d, global_avgpool, linear,
   softmax_xent, topk, normalize_u8, sgd, amp, mixup, fake_quant,
-  conv_bias_act  ///< inference convolution with its fused epilogue (conv2d_bias_act_fwd)
+  conv_bias_act,      ///< inference convolution with its fused epilogue (conv2d_bias_act_fwd)
+  batchnorm_add_relu  ///< training BatchNorm fused with a residual join in one pass
 };
 
 /// A recorded sequence of backend work (a CUDA graph) that replays with the same tensors.
@@ -216,6 +217,19 @@ class Backend {
   virtual void batchnorm_fwd_train(const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
                                    const Tensor& beta, Tensor& running_mean, Tensor& running_var,
                                    Tensor& y, Tensor& save_mean, Tensor& save_var) = 0;
+  /// Training forward of a block's last BatchNorm fused with the residual join after it:
+  ///   y = max(BN(x) + residual, 0)
+  /// with BN's statistics written and updated as by batchnorm_fwd_train (p.relu is ignored: the
+  /// ReLU follows the add). residual, y: x's shape, dtype and layout; y may not alias x or
+  /// residual. A backend whose supports(Op::batchnorm_add_relu, ...) is true does it in one
+  /// pass over y, rounding once to the dtype (the separate ops round BN(x) first); the default
+  /// runs batchnorm_fwd_train into y, then add_relu_fwd(y, residual, y). The training schedule
+  /// uses it only where supports() says so (src/model/schedule.cpp).
+  virtual void batchnorm_add_relu_fwd_train(const BatchNormParams& p, const Tensor& x,
+                                            const Tensor& residual, const Tensor& gamma,
+                                            const Tensor& beta, Tensor& running_mean,
+                                            Tensor& running_var, Tensor& y, Tensor& save_mean,
+                                            Tensor& save_var);
   /// Inference forward with running statistics.
   virtual void batchnorm_fwd_infer(const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
                                    const Tensor& beta, const Tensor& running_mean,

@@ -18,6 +18,7 @@ constexpr ProfileOp kConvBiasAct{"conv fwd (bias, add, relu fused)", "conv", "fw
 constexpr ProfileOp kConvBwdData{"conv bwd_data", "conv", "bwd_data"};
 constexpr ProfileOp kConvBwdWeights{"conv bwd_weights", "conv", "bwd_weights"};
 constexpr ProfileOp kBnFwdTrain{"batchnorm fwd (train)", "batchnorm", "fwd"};
+constexpr ProfileOp kBnAddReluFwd{"batchnorm+add+relu fwd (train)", "batchnorm", "fwd"};
 constexpr ProfileOp kBnFwdInfer{"batchnorm fwd (infer)", "batchnorm", "fwd"};
 constexpr ProfileOp kBnBwd{"batchnorm bwd", "batchnorm", "bwd"};
 constexpr ProfileOp kReluFwd{"relu fwd", "relu", "fwd"};
@@ -159,6 +160,18 @@ class ProfilingBackend final : public Backend {
           "fp32", [&] {
             in_->batchnorm_fwd_train(p, x, gamma, beta, running_mean, running_var, y, save_mean,
                                      save_var);
+          });
+  }
+  void batchnorm_add_relu_fwd_train(const BatchNormParams& p, const Tensor& x,
+                                    const Tensor& residual, const Tensor& gamma, const Tensor& beta,
+                                    Tensor& running_mean, Tensor& running_var, Tensor& y,
+                                    Tensor& save_mean, Tensor& save_var) override {
+    timed(kBnAddReluFwd, 0,
+          bytes_of({&x, &residual, &gamma, &beta, &running_mean, &running_var, &running_mean,
+                    &running_var, &y, &save_mean, &save_var}),
+          "fp32", [&] {
+            in_->batchnorm_add_relu_fwd_train(p, x, residual, gamma, beta, running_mean,
+                                              running_var, y, save_mean, save_var);
           });
   }
   void batchnorm_fwd_infer(const BatchNormParams& p, const Tensor& x, const Tensor& gamma,

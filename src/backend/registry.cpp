@@ -11,6 +11,21 @@ void Backend::conv2d_bias_act_fwd(const Conv2dParams&, const Tensor&, const Tens
             name());
 }
 
+void Backend::batchnorm_add_relu_fwd_train(const BatchNormParams& p, const Tensor& x,
+                                           const Tensor& residual, const Tensor& gamma,
+                                           const Tensor& beta, Tensor& running_mean,
+                                           Tensor& running_var, Tensor& y, Tensor& save_mean,
+                                           Tensor& save_var) {
+  RN50_CHECK(y.defined() && residual.defined() && y.data() != x.data() &&
+                 y.data() != residual.data(),
+             "{} batchnorm_add_relu_fwd_train: y must be a tensor of its own (not x or residual)",
+             name());
+  BatchNormParams bn = p;
+  bn.relu = false;
+  batchnorm_fwd_train(bn, x, gamma, beta, running_mean, running_var, y, save_mean, save_var);
+  add_relu_fwd(y, residual, y);
+}
+
 std::vector<std::string> compiled_backends() {
 #ifdef RN50_HAVE_CUDA
   return {"ref", "onednn", "cuda"};

@@ -50,6 +50,10 @@ struct Step {
   /// backward reads it: a ReLU's mask); otherwise it lives in a transient scratch slot.
   bool saved = true;
   int scratch = -1;  ///< scratch slot of a transient output
+  /// Training forward, where the backend fuses BatchNorm with a residual join
+  /// (Op::batchnorm_add_relu): on a unit without ReLU that only its join reads, the join step
+  /// whose output it writes (batchnorm_add_relu_fwd_train); on that join, the unit. -1 if not.
+  int fused_join = -1, fused_unit = -1;
   // unit: conv + BN (+ ReLU)
   int conv_layer = -1, bn_layer = -1;
   bool relu = false;

@@ -5,6 +5,11 @@
 //   conv -> batchnorm [-> relu]  a unit: conv2d_fwd, then batchnorm_fwd_train/infer (ReLU fused)
 //   add -> relu                  a join: add_relu_fwd
 //   maxpool, global_avgpool, fc  one layer each
+// Where the backend fuses a block's last BatchNorm with the join after it (supports
+// Op::batchnorm_add_relu: bf16 NHWC on the CPU), the training forward runs that unit's BN and
+// its join as one batchnorm_add_relu_fwd_train, which writes the join's output (the BN's own
+// output is never materialised: its backward, without a ReLU, does not read it); the unit is
+// the join's input computed last (a downsampling block's shortcut BN or its last BN).
 // Any other sequence is rejected with an Error naming the layer.
 //
 // Forward runs the steps in order. Backward runs them in reverse; a value read by several steps
@@ -182,6 +187,21 @@ void ResNet::Impl::build_schedule() {
         scratch.release(steps[static_cast<size_t>(v)].scratch);
   }
   num_scratch_slots = scratch.high_water();
+
+  // Training forward: a join fused into the BN of the input computed last, where that input is
+  // a unit without ReLU that only the join reads (QAT quantizes the join's inputs: not fused).
+  if (be.supports(Op::batchnorm_add_relu, opt.compute_dtype, opt.layout) && !opt.qat) {
+    for (size_t j = 0; j < steps.size(); ++j) {
+      Step& s = steps[j];
+      if (s.kind != StepKind::join) continue;
+      const int u = std::max(s.in[0], s.in[1]);
+      Step& unit = steps[static_cast<size_t>(u)];
+      if (unit.kind == StepKind::unit && !unit.relu && !unit.saved) {
+        unit.fused_join = static_cast<int>(j);
+        s.fused_unit = u;
+      }
+    }
+  }
 
   // Slab views of each unit's parameters and the fc's.
   for (Step& s : steps) {
@@ -523,15 +543,25 @@ const Tensor& ResNet::forward(const Tensor& x, bool train) {
         const BatchNormParams bp{m.opt.bn_eps, m.opt.bn_momentum, s.relu};
         model_detail::BnState& bn = m.bns[static_cast<size_t>(s.bn)];
         m.be.conv2d_fwd(s.conv, in0, s.wq, s.y);
-        if (train)
+        if (train && s.fused_join >= 0) {
+          Step& join = m.steps[static_cast<size_t>(s.fused_join)];
+          const int other = join.in[0] == static_cast<int>(si) ? join.in[1] : join.in[0];
+          m.be.batchnorm_add_relu_fwd_train(bp, s.y, m.value(other), s.gamma, s.beta,
+                                            bn.running_mean, bn.running_var, join.out,
+                                            s.save_mean, s.save_var);
+        } else if (train) {
           m.be.batchnorm_fwd_train(bp, s.y, s.gamma, s.beta, bn.running_mean, bn.running_var,
                                    s.out, s.save_mean, s.save_var);
-        else
+        } else {
           m.be.batchnorm_fwd_infer(bp, s.y, s.gamma, s.beta, bn.running_mean, bn.running_var,
                                    s.out);
+        }
         break;
       }
-      case StepKind::join: m.be.add_relu_fwd(in0, m.seen(s.in[1], s.qres), s.out); break;
+      case StepKind::join:
+        if (!(train && s.fused_unit >= 0))  // else written by its unit's fused BN
+          m.be.add_relu_fwd(in0, m.seen(s.in[1], s.qres), s.out);
+        break;
       case StepKind::maxpool: m.be.maxpool2d_fwd(s.pool, in0, s.out); break;
       case StepKind::avgpool: m.be.global_avgpool_fwd(in0, s.out); break;
       case StepKind::fc:

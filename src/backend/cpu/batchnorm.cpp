@@ -131,7 +131,7 @@ void OnednnBackend::batchnorm_fwd_train(const BatchNormParams& p, const Tensor& 
              x.str());
   if (own_bf16_nhwc({&x, &y})) {
     if (auto* stale = find_layer_state<ReluMask>(save_mean.data())) stale->y = nullptr;
-    bn_bf16_nhwc_fwd_train(x.data_as<const uint16_t>(), y.data_as<uint16_t>(), M, x.c(),
+    bn_bf16_nhwc_fwd_train(x.data_as<const uint16_t>(), nullptr, y.data_as<uint16_t>(), M, x.c(),
                            gamma.data_as<const float>(), beta.data_as<const float>(),
                            static_cast<float>(p.eps), p.relu, save_mean.data_as<float>(),
                            save_var.data_as<float>());
@@ -185,6 +185,35 @@ void OnednnBackend::batchnorm_fwd_train(const BatchNormParams& p, const Tensor& 
     mask->y = y.data();
   }
 
+  update_running_stats(p, M, save_mean, save_var, running_mean, running_var);
+}
+
+void OnednnBackend::batchnorm_add_relu_fwd_train(const BatchNormParams& p, const Tensor& x,
+                                                 const Tensor& residual, const Tensor& gamma,
+                                                 const Tensor& beta, Tensor& running_mean,
+                                                 Tensor& running_var, Tensor& y,
+                                                 Tensor& save_mean, Tensor& save_var) {
+  const char* op = "batchnorm_add_relu_fwd_train";
+  check_bn(op, x, y,
+           {{"gamma", &gamma}, {"beta", &beta}, {"running_mean", &running_mean},
+            {"running_var", &running_var}, {"save_mean", &save_mean}, {"save_var", &save_var}});
+  check_tensor(op, "residual", residual, x.dtype());
+  check_same_shape(op, x, "x", residual, "residual");
+  if (!own_bf16_nhwc({&x, &residual, &y})) {
+    Backend::batchnorm_add_relu_fwd_train(p, x, residual, gamma, beta, running_mean, running_var,
+                                          y, save_mean, save_var);
+    return;
+  }
+  const int64_t M = x.n() * x.h() * x.w();
+  RN50_CHECK(M > 1, "onednn {}: need more than one value per channel for training, got {}", op,
+             x.str());
+  RN50_CHECK(y.data() != x.data() && y.data() != residual.data(),
+             "onednn {}: y must be a tensor of its own (not x or residual)", op);
+  if (auto* stale = find_layer_state<ReluMask>(save_mean.data())) stale->y = nullptr;
+  bn_bf16_nhwc_fwd_train(x.data_as<const uint16_t>(), residual.data_as<const uint16_t>(),
+                         y.data_as<uint16_t>(), M, x.c(), gamma.data_as<const float>(),
+                         beta.data_as<const float>(), static_cast<float>(p.eps), true,
+                         save_mean.data_as<float>(), save_var.data_as<float>());
   update_running_stats(p, M, save_mean, save_var, running_mean, running_var);
 }
 

@@ -5,18 +5,24 @@
 
 namespace rn50::onednn {
 
+/// Which loops take the forward's statistics pass: `fastest` uses AVX-512 tiles of 32 channels
+/// when the build targets AVX-512 and C is a multiple of 32, the portable row loops otherwise;
+/// `portable` forces the row loops (the tests compare the two: they give the same bits).
+enum class BnLoops { fastest, portable };
+
 /// Training forward of BatchNorm2d (+ ReLU when `relu`) over bf16 activations in NHWC, seen as
 /// M = N*H*W rows of C channels (bf16 bits, row-major): per channel the batch mean and the
 /// BIASED batch variance over the M rows (into save_mean / save_var, f32 [C]; torch's and
 /// oneDNN's training statistics), then y = (x - mean) / sqrt(var + eps) * gamma + beta, ReLU'd
-/// when `relu`, rounded once to bf16 (nearest even). Sums in f32 over chunks of 64 rows, the
-/// chunks in f64, every value shifted by the channel's first one (so that E[x^2] - E[x]^2 does
-/// not cancel when the mean is large against the spread). Needs M >= 1; x and y may alias.
-/// Two passes over x and one over y: at memory speed, where oneDNN 2.6's bf16 nspc kernel runs
-/// at about half of it (see batchnorm.cpp).
-void bn_bf16_nhwc_fwd_train(const uint16_t* x, uint16_t* y, int64_t M, int64_t C,
-                            const float* gamma, const float* beta, float eps, bool relu,
-                            float* save_mean, float* save_var);
+/// when `relu`, rounded once to bf16 (nearest even). With a `residual` (bf16 [M, C], may be
+/// null) the residual join of a ResNet block is fused in: y = act(BN(x) + residual), rounded
+/// once, where the separate ops round BN(x) to bf16 first. Sums in f32 over chunks of 64 rows,
+/// the chunks in f64, every value shifted by the channel's first one (so that E[x^2] - E[x]^2
+/// does not cancel when the mean is large against the spread). Needs M >= 1; x (or residual)
+/// and y may alias. Two passes over x (and one over the residual) and one over y.
+void bn_bf16_nhwc_fwd_train(const uint16_t* x, const uint16_t* residual, uint16_t* y, int64_t M,
+                            int64_t C, const float* gamma, const float* beta, float eps, bool relu,
+                            float* save_mean, float* save_var, BnLoops loops = BnLoops::fastest);
 
 /// Backward of the same layer: with g = dy where y > 0, else 0 (when `relu`; y is the forward's
 /// output, bf16 [M, C]; unused and may be null otherwise) or g = dy, xhat = (x - mean) * rstd,

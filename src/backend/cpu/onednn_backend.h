@@ -123,6 +123,12 @@ class OnednnBackend final : public Backend {
   void conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
                           Tensor& dw) override;
 
+  /// bf16 NHWC: one pass of our loops (bn_bf16_nhwc_fwd_train with a residual); other dtypes
+  /// and layouts: Backend's default (batch norm, then add + ReLU).
+  void batchnorm_add_relu_fwd_train(const BatchNormParams& p, const Tensor& x,
+                                    const Tensor& residual, const Tensor& gamma, const Tensor& beta,
+                                    Tensor& running_mean, Tensor& running_var, Tensor& y,
+                                    Tensor& save_mean, Tensor& save_var) override;
   void batchnorm_fwd_train(const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
                            const Tensor& beta, Tensor& running_mean, Tensor& running_var,
                            Tensor& y, Tensor& save_mean, Tensor& save_var) override;

@@ -222,6 +222,7 @@ bool CudaBackend::supports(Op op, DType dtype, Layout layout) const {
     case Op::softmax_xent:
     case Op::topk:
     case Op::amp: return dtype == DType::f32;
+    case Op::batchnorm_add_relu: return false;  // the separate kernels (Backend's default)
     default: return true;  // conv, bn, eltwise, pooling, linear, normalize_u8 (dst dtype)
   }
 }
