@@ -195,6 +195,7 @@ void ResNet::Impl::build_schedule() {
       Step& s = steps[j];
       if (s.kind != StepKind::join) continue;
       const int u = std::max(s.in[0], s.in[1]);
+      if (u < 0) continue;  // both inputs are the network input
       Step& unit = steps[static_cast<size_t>(u)];
       if (unit.kind == StepKind::unit && !unit.relu && !unit.saved) {
         unit.fused_join = static_cast<int>(j);

@@ -116,6 +116,23 @@ void update_running_stats(const BatchNormParams& p, int64_t M, const Tensor& sav
   }
 }
 
+/// Training forward through our bf16 NHWC loops (batchnorm_nhwc.cpp), y = act(BN(x) [+ residual]),
+/// and the running statistics' update; the layer's oneDNN ReLU mask, if any, no longer
+/// belongs to y.
+void own_bf16_fwd_train(OnednnBackend& be, const BatchNormParams& p, const Tensor& x,
+                        const Tensor* residual, bool relu, const Tensor& gamma, const Tensor& beta,
+                        Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& save_mean,
+                        Tensor& save_var) {
+  const int64_t M = x.n() * x.h() * x.w();
+  if (auto* stale = be.find_layer_state<ReluMask>(save_mean.data())) stale->y = nullptr;
+  bn_bf16_nhwc_fwd_train(x.data_as<const uint16_t>(),
+                         residual ? residual->data_as<const uint16_t>() : nullptr,
+                         y.data_as<uint16_t>(), M, x.c(), gamma.data_as<const float>(),
+                         beta.data_as<const float>(), static_cast<float>(p.eps), relu,
+                         save_mean.data_as<float>(), save_var.data_as<float>());
+  update_running_stats(p, M, save_mean, save_var, running_mean, running_var);
+}
+
 }  // namespace
 
 void OnednnBackend::batchnorm_fwd_train(const BatchNormParams& p, const Tensor& x,
@@ -130,12 +147,8 @@ void OnednnBackend::batchnorm_fwd_train(const BatchNormParams& p, const Tensor& 
   RN50_CHECK(M > 1, "onednn {}: need more than one value per channel for training, got {}", op,
              x.str());
   if (own_bf16_nhwc({&x, &y})) {
-    if (auto* stale = find_layer_state<ReluMask>(save_mean.data())) stale->y = nullptr;
-    bn_bf16_nhwc_fwd_train(x.data_as<const uint16_t>(), nullptr, y.data_as<uint16_t>(), M, x.c(),
-                           gamma.data_as<const float>(), beta.data_as<const float>(),
-                           static_cast<float>(p.eps), p.relu, save_mean.data_as<float>(),
-                           save_var.data_as<float>());
-    update_running_stats(p, M, save_mean, save_var, running_mean, running_var);
+    own_bf16_fwd_train(*this, p, x, nullptr, p.relu, gamma, beta, running_mean, running_var, y,
+                       save_mean, save_var);
     return;
   }
   const Tensor* src = &x;
@@ -204,17 +217,12 @@ void OnednnBackend::batchnorm_add_relu_fwd_train(const BatchNormParams& p, const
                                           y, save_mean, save_var);
     return;
   }
-  const int64_t M = x.n() * x.h() * x.w();
-  RN50_CHECK(M > 1, "onednn {}: need more than one value per channel for training, got {}", op,
-             x.str());
+  RN50_CHECK(x.n() * x.h() * x.w() > 1,
+             "onednn {}: need more than one value per channel for training, got {}", op, x.str());
   RN50_CHECK(y.data() != x.data() && y.data() != residual.data(),
              "onednn {}: y must be a tensor of its own (not x or residual)", op);
-  if (auto* stale = find_layer_state<ReluMask>(save_mean.data())) stale->y = nullptr;
-  bn_bf16_nhwc_fwd_train(x.data_as<const uint16_t>(), residual.data_as<const uint16_t>(),
-                         y.data_as<uint16_t>(), M, x.c(), gamma.data_as<const float>(),
-                         beta.data_as<const float>(), static_cast<float>(p.eps), true,
-                         save_mean.data_as<float>(), save_var.data_as<float>());
-  update_running_stats(p, M, save_mean, save_var, running_mean, running_var);
+  own_bf16_fwd_train(*this, p, x, &residual, true, gamma, beta, running_mean, running_var, y,
+                     save_mean, save_var);
 }
 
 void OnednnBackend::batchnorm_fwd_infer(const BatchNormParams& p, const Tensor& x,

@@ -75,6 +75,23 @@ auto by_rows(int64_t C, Row row) {
   };
 }
 
+/// The forward's element-wise pass: y = max(x * k + b [+ z], lo), rounded once to bf16 (lo is
+/// 0 for a ReLU, -inf otherwise; a NaN stays NaN). The residual z is read when kResidual.
+template <bool kResidual>
+void apply_rows(const uint16_t* x, const uint16_t* z, uint16_t* y, int64_t M, int64_t C,
+                const float* k, const float* b, float lo) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < M; ++r) {
+    const int64_t o = r * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) {
+      float v = bf16_to_float(x[o + c]) * k[c] + b[c];
+      if constexpr (kResidual) v += bf16_to_float(z[o + c]);
+      y[o + c] = float_to_bf16(v < lo ? lo : v);  // std::max would not vectorise
+    }
+  }
+}
+
 /// The backward's gradient reaching the normalisation: dy, or 0 where the ReLU's y <= 0.
 inline float relu_grad(bool relu, const uint16_t* y, const uint16_t* dy, int64_t i) {
   const float g = bf16_to_float(dy[i]);
@@ -203,33 +220,11 @@ void bn_bf16_nhwc_fwd_train(const uint16_t* x, const uint16_t* residual, uint16_
     scale[c] = gamma[c] * rstd;
     bias[c] = beta[c] - save_mean[c] * scale[c];
   }
-  const float* k = scale.data();
-  const float* b = bias.data();
   const float lo = relu ? 0.f : -INFINITY;
-  if (residual != nullptr) {
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < M; ++r) {
-      const uint16_t* xr = x + r * C;
-      const uint16_t* zr = residual + r * C;
-      uint16_t* yr = y + r * C;
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) {
-        const float v = (bf16_to_float(xr[c]) * k[c] + b[c]) + bf16_to_float(zr[c]);
-        yr[c] = float_to_bf16(v < lo ? lo : v);
-      }
-    }
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < M; ++r) {
-    const uint16_t* xr = x + r * C;
-    uint16_t* yr = y + r * C;
-#pragma omp simd
-    for (int64_t c = 0; c < C; ++c) {
-      const float v = bf16_to_float(xr[c]) * k[c] + b[c];
-      yr[c] = float_to_bf16(v < lo ? lo : v);  // a NaN stays NaN (std::max would not vectorise)
-    }
-  }
+  if (residual != nullptr)
+    apply_rows<true>(x, residual, y, M, C, scale.data(), bias.data(), lo);
+  else
+    apply_rows<false>(x, nullptr, y, M, C, scale.data(), bias.data(), lo);
 }
 
 void bn_bf16_nhwc_bwd(const uint16_t* x, const uint16_t* y, const uint16_t* dy, uint16_t* dx,
