@@ -6,7 +6,8 @@
 // result identical from call to call (the sums' order does not depend on timing), and x / y
 // (dy / dx) given as one buffer (in place) giving the same answer as separate buffers; the
 // forward's AVX-512 statistics tiles giving the row loops' bits; and the BN fused with a
-// residual join (batchnorm_add_relu_fwd_train) against the reference's BN, add and ReLU.
+// residual join (batchnorm_add_relu_fwd_train) against the reference's BN, add and ReLU, and
+// its backward (batchnorm_add_relu_bwd) against the reference and, bit for bit, the two ops.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -204,6 +205,79 @@ TEST_F(BnBf16Nhwc, FusedResidualJoinMatchesTheReference) {
   be_->batchnorm_fwd_train(p, xf, gd, bd, rm2, rv2, y2, sm, sv);
   be_->add_relu_fwd(y2, zf, y2);
   EXPECT_TRUE(same_bytes(y1, y2) && same_bytes(rm1, rm2) && same_bytes(rv1, rv2));
+}
+
+// The join's ReLU backward and the BN's in one: dres = y > 0 ? g1 + g2 : 0 (or g1 alone),
+// rounded once, and dx, dgamma, dbeta of batchnorm_bwd on it. Against the reference in float64
+// (fed the backend's own forward results), and bit for bit against add_relu_bwd / relu_bwd
+// then batchnorm_bwd (but for the sign of relu_bwd's masked zeros); dres in g1's buffer (in
+// place) gives the same bits; dx in g2's or dres's buffer is refused.
+TEST_F(BnBf16Nhwc, FusedResidualJoinBackwardMatchesTheReferenceAndTheTwoOps) {
+  Backend& ref = ref_backend();
+  const std::vector<int64_t> shape{4, 64, 10, 12};  // 480 rows: 8 chunks
+  const int64_t C = shape[1];
+  BatchNormParams p;
+  Tensor x = rand(shape, 2.0, 6.0), res = rand(shape, -2, 2);
+  Tensor g = rand({C}, 0.5, 1.5), b = rand({C}, -0.5, 0.5);
+  Tensor xd = upload(*be_, x, B16, NHWC), zd = upload(*be_, res, B16, NHWC);
+  Tensor gd = upload(*be_, g, F32, NCHW), bd = upload(*be_, b, F32, NCHW);
+  Tensor rm = upload(*be_, rand({C}, -0.2, 0.2), F32, NCHW);
+  Tensor rv = upload(*be_, rand({C}, 0.5, 2), F32, NCHW);
+  Tensor y = out(shape, B16, NHWC), sm = out({C}, F32), sv = out({C}, F32);
+  be_->batchnorm_add_relu_fwd_train(p, xd, zd, gd, bd, rm, rv, y, sm, sv);
+  const Tensor yr = convert(download(*be_, y), F64, NHWC);
+  const Tensor smr = convert(download(*be_, sm), F64), svr = convert(download(*be_, sv), F64);
+  for (bool two : {true, false}) {
+    SCOPED_TRACE(two ? "two gradient parts" : "one gradient part");
+    Tensor g1 = rand(shape, -1, 1), g2 = rand(shape, -1, 1);
+    Tensor g1d = upload(*be_, g1, B16, NHWC);
+    Tensor g2d = two ? upload(*be_, g2, B16, NHWC) : Tensor();
+    Tensor dres = out(shape, B16, NHWC), dx = out(shape, B16, NHWC);
+    Tensor dg = out({C}, F32), db = out({C}, F32);
+    be_->batchnorm_add_relu_bwd(p, xd, y, g1d, g2d, gd, sm, sv, dres, dx, dg, db);
+
+    Tensor dresr = rout(shape), dxr = rout(shape), dgr = rout({C}), dbr = rout({C});
+    if (two)
+      ref.add_relu_bwd(yr, ref_input(g1, B16, NHWC), ref_input(g2, B16, NHWC), dresr);
+    else
+      ref.relu_bwd(yr, ref_input(g1, B16, NHWC), dresr);
+    check("dres", dres, dresr, for_dtype(kExact1, B16));
+    // The BN part gets the backend's dres (rounded to bf16), as batchnorm_bwd's test gets dy.
+    ref.batchnorm_bwd(p, ref_input(x, B16, NHWC), Tensor(),
+                      convert(download(*be_, dres), F64, NHWC), ref_input(g, F32, NCHW), smr, svr,
+                      dxr, dgr, dbr);
+    check("dx", dx, dxr, for_dtype(kBnBwd, B16));
+    check("dgamma", dg, dgr, kBnBwd);
+    check("dbeta", db, dbr, kBnBwd);
+
+    // The separate ops: the same bits.
+    Tensor dres2 = out(shape, B16, NHWC), dx2 = out(shape, B16, NHWC);
+    Tensor dg2 = out({C}, F32), db2 = out({C}, F32);
+    if (two)
+      be_->add_relu_bwd(y, g1d, g2d, dres2);
+    else
+      be_->relu_bwd(y, g1d, dres2);
+    be_->batchnorm_bwd(p, xd, Tensor(), dres2, gd, sm, sv, dx2, dg2, db2);
+    // The same values; bit for bit but for the sign of a masked zero (oneDNN's relu_bwd gives
+    // dy * 0, -0 for a negative dy; the fused op and add_relu_bwd give +0).
+    if (two) {
+      EXPECT_TRUE(same_bytes(dres, dres2));
+    }
+    check("dres vs the separate ops", dres, convert(download(*be_, dres2), F64, NHWC), kCopy);
+    EXPECT_TRUE(same_bytes(dx, dx2) && same_bytes(dg, dg2) && same_bytes(db, db2));
+
+    // In place: dres in g1's buffer.
+    Tensor g1d2 = upload(*be_, g1, B16, NHWC), dx3 = out(shape, B16, NHWC);
+    be_->batchnorm_add_relu_bwd(p, xd, y, g1d2, g2d, gd, sm, sv, g1d2, dx3, dg2, db2);
+    EXPECT_TRUE(same_bytes(g1d2, dres) && same_bytes(dx3, dx));
+    EXPECT_TRUE(same_bytes(dg, dg2) && same_bytes(db, db2));
+    EXPECT_THROW(be_->batchnorm_add_relu_bwd(p, xd, y, g1d, g2d, gd, sm, sv, dres, dres, dg, db),
+                 Error);
+    if (two) {
+      EXPECT_THROW(be_->batchnorm_add_relu_bwd(p, xd, y, g1d, g2d, gd, sm, sv, dres, g2d, dg, db),
+                   Error);
+    }
+  }
 }
 
 }  // namespace

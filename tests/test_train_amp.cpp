@@ -155,7 +155,8 @@ TEST(TrainAmp, OnednnBf16CloseToF32) {
 // CPU bf16 NHWC: the training forward runs each block's last BatchNorm and its residual join as
 // one fused op (Backend::batchnorm_add_relu_fwd_train), on the BN of the join's input computed
 // last: in downsampling blocks (the first of each stage) and in an identity block (stage 1's
-// second). Eval keeps the separate ops. The fused path's numbers are checked by
+// second); the backward runs their backwards as one (batchnorm_add_relu_bwd). Eval keeps the
+// separate ops. The fused path's numbers are checked by
 // OnednnBf16CloseToF32 (its network's four blocks all fuse) and, op by op, by
 // test_ops_onednn_bn_bf16.
 TEST(TrainAmp, OnednnBf16FusesEachBlocksLastBatchNormWithItsJoin) {
@@ -181,7 +182,12 @@ TEST(TrainAmp, OnednnBf16FusesEachBlocksLastBatchNormWithItsJoin) {
   OpProfiler train, eval;
   {
     OpProfiler::Activation on(train);
-    m.forward(in.x(), true);
+    const Tensor& z = m.forward(in.x(), true);
+    Tensor loss = be->alloc({1}, DType::f32), probs = be->alloc(z.shape(), DType::f32);
+    Tensor dz = be->alloc(z.shape(), DType::f32);
+    be->softmax_xent_fwd(z, in.labels(), 0.1f, loss, probs);
+    be->softmax_xent_bwd(probs, in.labels(), 0.1f, 1.f, dz, Tensor());
+    m.backward(dz);
   }
   {
     OpProfiler::Activation on(eval);
@@ -190,6 +196,11 @@ TEST(TrainAmp, OnednnBf16FusesEachBlocksLastBatchNormWithItsJoin) {
   EXPECT_EQ(calls(train, "batchnorm+add+relu fwd (train)"), 5);
   EXPECT_EQ(calls(train, "add+relu fwd"), 0);
   EXPECT_EQ(calls(train, "batchnorm fwd (train)"), 1 + 3 * 5 + 4 - 5);  // stem + the rest
+  // The backward the same way: every join's ReLU backward inside its unit's BN backward.
+  EXPECT_EQ(calls(train, "batchnorm+add+relu bwd"), 5);
+  EXPECT_EQ(calls(train, "add+relu bwd"), 0);
+  EXPECT_EQ(calls(train, "relu bwd"), 0);
+  EXPECT_EQ(calls(train, "batchnorm bwd"), 1 + 3 * 5 + 4 - 5);
   EXPECT_EQ(calls(eval, "batchnorm+add+relu fwd (train)"), 0);
   EXPECT_EQ(calls(eval, "add+relu fwd"), 5);
 }

@@ -116,7 +116,7 @@ enum class Op {
   conv2d, batchnorm, relu, add, add_relu, maxpool2d, global_avgpool, linear,
   softmax_xent, topk, normalize_u8, sgd, amp, mixup, fake_quant,
   conv_bias_act,      ///< inference convolution with its fused epilogue (conv2d_bias_act_fwd)
-  batchnorm_add_relu  ///< training BatchNorm fused with a residual join in one pass
+  batchnorm_add_relu  ///< training BatchNorm fused with a residual join, forward and backward
 };
 
 /// A recorded sequence of backend work (a CUDA graph) that replays with the same tensors.
@@ -240,6 +240,19 @@ class Backend {
                              const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
                              const Tensor& save_var, Tensor& dx, Tensor& dgamma,
                              Tensor& dbeta) = 0;
+  /// Backward of batchnorm_add_relu_fwd_train: the join's ReLU backward and the BN's in one.
+  ///   dres = y > 0 ? g1 + g2 : 0   (g2 undefined: y > 0 ? g1 : 0), rounded once to the dtype
+  /// is the gradient of both join inputs: written for the residual's producer, and the dy of
+  /// batchnorm_bwd (without ReLU) on x, which writes dx, dgamma, dbeta. y is the join's output
+  /// (the fused forward's y); g1, g2 (the join output's gradient, in one or two parts), dres,
+  /// dx: x's shape, dtype and layout. dres may alias g1 (in place); dx may not alias the others.
+  /// A backend whose supports(Op::batchnorm_add_relu, ...) is true reads g1 and g2 once and
+  /// dres once more (the default reads dres twice more); its bits equal the default's, which
+  /// runs add_relu_bwd (or relu_bwd) into dres, then batchnorm_bwd.
+  virtual void batchnorm_add_relu_bwd(const BatchNormParams& p, const Tensor& x, const Tensor& y,
+                                      const Tensor& g1, const Tensor& g2, const Tensor& gamma,
+                                      const Tensor& save_mean, const Tensor& save_var,
+                                      Tensor& dres, Tensor& dx, Tensor& dgamma, Tensor& dbeta);
 
   // ---- elementwise (any shape; 4-D operands may differ in layout) ----
   virtual void relu_fwd(const Tensor& x, Tensor& y) = 0;

@@ -21,6 +21,7 @@ constexpr ProfileOp kBnFwdTrain{"batchnorm fwd (train)", "batchnorm", "fwd"};
 constexpr ProfileOp kBnAddReluFwd{"batchnorm+add+relu fwd (train)", "batchnorm", "fwd"};
 constexpr ProfileOp kBnFwdInfer{"batchnorm fwd (infer)", "batchnorm", "fwd"};
 constexpr ProfileOp kBnBwd{"batchnorm bwd", "batchnorm", "bwd"};
+constexpr ProfileOp kBnAddReluBwd{"batchnorm+add+relu bwd", "batchnorm", "bwd"};
 constexpr ProfileOp kReluFwd{"relu fwd", "relu", "fwd"};
 constexpr ProfileOp kReluBwd{"relu bwd", "relu", "bwd"};
 constexpr ProfileOp kAdd{"add", "add", "fwd"};
@@ -186,6 +187,17 @@ class ProfilingBackend final : public Backend {
     timed(kBnBwd, 0, bytes_of({&x, &y, &dy, &gamma, &save_mean, &save_var, &dx, &dgamma, &dbeta}),
           "fp32",
           [&] { in_->batchnorm_bwd(p, x, y, dy, gamma, save_mean, save_var, dx, dgamma, dbeta); });
+  }
+  void batchnorm_add_relu_bwd(const BatchNormParams& p, const Tensor& x, const Tensor& y,
+                              const Tensor& g1, const Tensor& g2, const Tensor& gamma,
+                              const Tensor& save_mean, const Tensor& save_var, Tensor& dres,
+                              Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+    timed(kBnAddReluBwd, 0,
+          bytes_of({&x, &y, &g1, &g2, &gamma, &save_mean, &save_var, &dres, &dx, &dgamma, &dbeta}),
+          "fp32", [&] {
+            in_->batchnorm_add_relu_bwd(p, x, y, g1, g2, gamma, save_mean, save_var, dres, dx,
+                                        dgamma, dbeta);
+          });
   }
 
   void relu_fwd(const Tensor& x, Tensor& y) override {

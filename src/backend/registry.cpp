@@ -26,6 +26,25 @@ void Backend::batchnorm_add_relu_fwd_train(const BatchNormParams& p, const Tenso
   add_relu_fwd(y, residual, y);
 }
 
+void Backend::batchnorm_add_relu_bwd(const BatchNormParams& p, const Tensor& x, const Tensor& y,
+                                     const Tensor& g1, const Tensor& g2, const Tensor& gamma,
+                                     const Tensor& save_mean, const Tensor& save_var, Tensor& dres,
+                                     Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+  RN50_CHECK(dres.defined() && dx.defined() && dx.data() != dres.data() &&
+                 dx.data() != x.data() && dx.data() != y.data() && dx.data() != g1.data() &&
+                 (!g2.defined() || (dx.data() != g2.data() && dres.data() != g2.data())),
+             "{} batchnorm_add_relu_bwd: dx must be a tensor of its own and dres may alias only "
+             "g1",
+             name());
+  if (g2.defined())
+    add_relu_bwd(y, g1, g2, dres);
+  else
+    relu_bwd(y, g1, dres);
+  BatchNormParams bn = p;
+  bn.relu = false;
+  batchnorm_bwd(bn, x, Tensor(), dres, gamma, save_mean, save_var, dx, dgamma, dbeta);
+}
+
 std::vector<std::string> compiled_backends() {
 #ifdef RN50_HAVE_CUDA
   return {"ref", "onednn", "cuda"};

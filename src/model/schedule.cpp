@@ -9,7 +9,10 @@
 // Op::batchnorm_add_relu: bf16 NHWC on the CPU), the training forward runs that unit's BN and
 // its join as one batchnorm_add_relu_fwd_train, which writes the join's output (the BN's own
 // output is never materialised: its backward, without a ReLU, does not read it); the unit is
-// the join's input computed last (a downsampling block's shortcut BN or its last BN).
+// the join's input computed last (a downsampling block's shortcut BN or its last BN). Its
+// backward is fused the same way: batchnorm_add_relu_bwd takes the join's output gradient (one
+// or two parts) and writes, in the first part's slot, the join's input gradient for its other
+// input, besides the BN's own backward.
 // Any other sequence is rejected with an Error naming the layer.
 //
 // Forward runs the steps in order. Backward runs them in reverse; a value read by several steps
@@ -426,6 +429,11 @@ void ResNet::Impl::walk_backward(bool execute, const Tensor* dlogits) {
         // relu_bwd with the join's output as the mask: the gradient of both inputs. A join
         // output feeding a block's branch and shortcut has its two gradient parts summed here.
         const int g2 = grad2[static_cast<size_t>(i)];
+        if (s.fused_unit >= 0) {  // its unit's batchnorm_add_relu_bwd does it: hand over g, g2
+          grad[static_cast<size_t>(s.fused_unit)] = g;
+          grad2[static_cast<size_t>(s.fused_unit)] = g2;
+          break;
+        }
         const int dj = pool.alloc();
         if (execute) {
           Tensor d = slot_view(dj, s.out);
@@ -457,11 +465,28 @@ void ResNet::Impl::walk_backward(bool execute, const Tensor* dlogits) {
         Tensor dc;
         if (execute) {
           dc = slot_view(dconv, s.y);
-          // Without a fused ReLU the BN output is not needed (and may live in scratch).
-          be.batchnorm_bwd(bp, s.y, s.relu ? s.out : Tensor(), slot_view(g, s.out), s.gamma,
-                           s.save_mean, s.save_var, dc, s.dgamma, s.dbeta);
+          if (s.fused_join >= 0) {
+            // The join's backward too: its input gradient lands in place of the first part.
+            const Tensor& jout = steps[static_cast<size_t>(s.fused_join)].out;
+            const int g2 = grad2[static_cast<size_t>(i)];
+            Tensor dres = slot_view(g, jout);
+            const Tensor part2 = g2 >= 0 ? slot_view(g2, jout) : Tensor();
+            be.batchnorm_add_relu_bwd(bp, s.y, jout, dres, part2, s.gamma, s.save_mean,
+                                      s.save_var, dres, dc, s.dgamma, s.dbeta);
+          } else {
+            // Without a fused ReLU the BN output is not needed (and may live in scratch).
+            be.batchnorm_bwd(bp, s.y, s.relu ? s.out : Tensor(), slot_view(g, s.out), s.gamma,
+                             s.save_mean, s.save_var, dc, s.dgamma, s.dbeta);
+          }
         }
-        pool.release(g);  // read by the BN backward only: the slot is free for dx
+        if (s.fused_join >= 0) {
+          // g holds the join's input gradient now: the join's other input takes it over.
+          const Step& join = steps[static_cast<size_t>(s.fused_join)];
+          if (grad2[static_cast<size_t>(i)] >= 0) pool.release(grad2[static_cast<size_t>(i)]);
+          contribute(join.in[0] == i ? join.in[1] : join.in[0], g);
+        } else {
+          pool.release(g);  // read by the BN backward only: the slot is free for dx
+        }
         done(s.gamma_param);
         done(s.beta_param);
         // QAT: the straight-through estimator — the gradients with respect to the quantized

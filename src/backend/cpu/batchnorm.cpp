@@ -358,4 +358,33 @@ void OnednnBackend::batchnorm_bwd(const BatchNormParams& p, const Tensor& x, con
   run(e.bn);
 }
 
+void OnednnBackend::batchnorm_add_relu_bwd(const BatchNormParams& p, const Tensor& x,
+                                           const Tensor& y, const Tensor& g1, const Tensor& g2,
+                                           const Tensor& gamma, const Tensor& save_mean,
+                                           const Tensor& save_var, Tensor& dres, Tensor& dx,
+                                           Tensor& dgamma, Tensor& dbeta) {
+  const char* op = "batchnorm_add_relu_bwd";
+  RN50_CHECK(y.defined() && g1.defined() && dres.defined() && dx.defined(),
+             "onednn {}: y, g1, dres and dx are required (g2 may be undefined)", op);
+  if (!own_bf16_nhwc({&x, &y, &g1, &g2, &dres, &dx})) {
+    Backend::batchnorm_add_relu_bwd(p, x, y, g1, g2, gamma, save_mean, save_var, dres, dx, dgamma,
+                                    dbeta);
+    return;
+  }
+  check_bn(op, x, y,
+           {{"gamma", &gamma}, {"save_mean", &save_mean}, {"save_var", &save_var},
+            {"dgamma", &dgamma}, {"dbeta", &dbeta}});
+  for (const auto& [name, t] : {std::pair{"g1", &g1}, {"g2", &g2}, {"dres", &dres}, {"dx", &dx}})
+    if (t->defined()) check_same_shape(op, x, "x", *t, name);
+  RN50_CHECK(dx.data() != dres.data() && dx.data() != x.data() && dx.data() != y.data() &&
+                 dx.data() != g1.data() && dx.data() != g2.data() && dres.data() != g2.data(),
+             "onednn {}: dx must be a tensor of its own and dres may alias only g1", op);
+  bn_bf16_nhwc_add_relu_bwd(
+      x.data_as<const uint16_t>(), y.data_as<const uint16_t>(), g1.data_as<const uint16_t>(),
+      g2.defined() ? g2.data_as<const uint16_t>() : nullptr, dres.data_as<uint16_t>(),
+      dx.data_as<uint16_t>(), x.n() * x.h() * x.w(), x.c(), gamma.data_as<const float>(),
+      save_mean.data_as<const float>(), save_var.data_as<const float>(),
+      static_cast<float>(p.eps), dgamma.data_as<float>(), dbeta.data_as<float>());
+}
+
 }  // namespace rn50::onednn

@@ -101,7 +101,7 @@ inline float relu_grad(bool relu, const uint16_t* y, const uint16_t* dy, int64_t
 #if RN50_BN_AVX512
 // The forward's statistics pass in AVX-512 tiles of 128 (or 32) channels x a chunk's rows, with
 // the sums in registers: the row loops keep them in memory (a load and a store per term and row)
-// and read x at 8-11 GB/s where a register-held sum of the same data reads 20-29 GB/s on a 2-core
+// and read x at 7-11 GB/s where a register-held sum of the same data reads 20-29 GB/s on a 2-core
 // Sapphire Rapids; the whole forward took 10-15% less time on ResNet-50's shapes. (The
 // backward's pass reads three tensors and gained nothing from tiles: it keeps the row loops.)
 // The 32 bf16 values of a tile row widen exactly as two f32 vectors, the even-indexed channels
@@ -227,10 +227,15 @@ void bn_bf16_nhwc_fwd_train(const uint16_t* x, const uint16_t* residual, uint16_
     apply_rows<false>(x, nullptr, y, M, C, scale.data(), bias.data(), lo);
 }
 
-void bn_bf16_nhwc_bwd(const uint16_t* x, const uint16_t* y, const uint16_t* dy, uint16_t* dx,
-                      int64_t M, int64_t C, const float* gamma, const float* save_mean,
-                      const float* save_var, float eps, bool relu, float* dgamma, float* dbeta) {
-  const float* mean = save_mean;
+namespace {
+
+/// The backward's two passes over M x C: `grad1(i)` gives element i's gradient reaching the
+/// normalisation in the statistics pass (it may also store it), `grad2(i)` the same value in
+/// the dx pass. Writes dx, dgamma, dbeta as bn_bf16_nhwc_bwd documents.
+template <class Grad1, class Grad2>
+void bwd_passes(const uint16_t* x, uint16_t* dx, int64_t M, int64_t C, const float* gamma,
+                const float* mean, const float* save_var, float eps, float* dgamma, float* dbeta,
+                Grad1 grad1, Grad2 grad2) {
   std::vector<double> S, Q;  // sum g, sum g * (x - mean)
   channel_sums(M, C,
                by_rows(C,
@@ -238,7 +243,7 @@ void bn_bf16_nhwc_bwd(const uint16_t* x, const uint16_t* y, const uint16_t* dy, 
                          const int64_t o = r * C;
 #pragma omp simd
                          for (int64_t c = 0; c < C; ++c) {
-                           const float g = relu_grad(relu, y, dy, o + c);
+                           const float g = grad1(o + c);
                            s[c] += g;
                            q[c] += g * (bf16_to_float(x[o + c]) - mean[c]);
                          }
@@ -262,11 +267,37 @@ void bn_bf16_nhwc_bwd(const uint16_t* x, const uint16_t* y, const uint16_t* dy, 
     const int64_t o = r * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
-      const float g = relu_grad(relu, y, dy, o + c);
+      const float g = grad2(o + c);
       const float xm = bf16_to_float(x[o + c]) - mean[c];
       dx[o + c] = float_to_bf16(a0[c] * (g - a1[c] - xm * a2[c]));
     }
   }
+}
+
+}  // namespace
+
+void bn_bf16_nhwc_bwd(const uint16_t* x, const uint16_t* y, const uint16_t* dy, uint16_t* dx,
+                      int64_t M, int64_t C, const float* gamma, const float* save_mean,
+                      const float* save_var, float eps, bool relu, float* dgamma, float* dbeta) {
+  auto g = [=](int64_t i) { return relu_grad(relu, y, dy, i); };
+  bwd_passes(x, dx, M, C, gamma, save_mean, save_var, eps, dgamma, dbeta, g, g);
+}
+
+void bn_bf16_nhwc_add_relu_bwd(const uint16_t* x, const uint16_t* y, const uint16_t* g1,
+                               const uint16_t* g2, uint16_t* dres, uint16_t* dx, int64_t M,
+                               int64_t C, const float* gamma, const float* save_mean,
+                               const float* save_var, float eps, float* dgamma, float* dbeta) {
+  // The statistics pass makes dres as add_relu_bwd / relu_bwd do (the sum rounded once, masked
+  // where y <= 0) and sums the rounded value, so the result is the separate ops' bits.
+  auto join = [=](int64_t i) {
+    const float s =
+        g2 != nullptr ? bf16_to_float(g1[i]) + bf16_to_float(g2[i]) : bf16_to_float(g1[i]);
+    const uint16_t d = float_to_bf16(bf16_to_float(y[i]) > 0.f ? s : 0.f);
+    dres[i] = d;
+    return bf16_to_float(d);
+  };
+  auto stored = [=](int64_t i) { return bf16_to_float(dres[i]); };
+  bwd_passes(x, dx, M, C, gamma, save_mean, save_var, eps, dgamma, dbeta, join, stored);
 }
 
 }  // namespace rn50::onednn

@@ -37,4 +37,15 @@ void bn_bf16_nhwc_bwd(const uint16_t* x, const uint16_t* y, const uint16_t* dy, 
                       int64_t M, int64_t C, const float* gamma, const float* save_mean,
                       const float* save_var, float eps, bool relu, float* dgamma, float* dbeta);
 
+/// The same backward fused with the ReLU backward of the residual join after the layer
+/// (Backend::batchnorm_add_relu_bwd): dres = y > 0 ? g1 + g2 : 0 (g2 null: y > 0 ? g1 : 0),
+/// the sum rounded once to bf16, is written (the residual's gradient) and is the dy of the
+/// backward above (without ReLU). y is the join's output; x, y, g1, g2, dres, dx bf16 [M, C];
+/// dres may alias g1, dx aliases none. Reads g1, g2, y once and dres once (the separate ops:
+/// dres twice). Same bits as add_relu_bwd then bn_bf16_nhwc_bwd.
+void bn_bf16_nhwc_add_relu_bwd(const uint16_t* x, const uint16_t* y, const uint16_t* g1,
+                               const uint16_t* g2, uint16_t* dres, uint16_t* dx, int64_t M,
+                               int64_t C, const float* gamma, const float* save_mean,
+                               const float* save_var, float eps, float* dgamma, float* dbeta);
+
 }  // namespace rn50::onednn

@@ -138,6 +138,12 @@ class OnednnBackend final : public Backend {
   void batchnorm_bwd(const BatchNormParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
                      const Tensor& gamma, const Tensor& save_mean, const Tensor& save_var,
                      Tensor& dx, Tensor& dgamma, Tensor& dbeta) override;
+  /// bf16 NHWC: our loops in two passes (bn_bf16_nhwc_add_relu_bwd); other dtypes and layouts:
+  /// Backend's default (add + ReLU backward, then batch norm's).
+  void batchnorm_add_relu_bwd(const BatchNormParams& p, const Tensor& x, const Tensor& y,
+                              const Tensor& g1, const Tensor& g2, const Tensor& gamma,
+                              const Tensor& save_mean, const Tensor& save_var, Tensor& dres,
+                              Tensor& dx, Tensor& dgamma, Tensor& dbeta) override;
 
   void relu_fwd(const Tensor& x, Tensor& y) override;
   void relu_bwd(const Tensor& y, const Tensor& dy, Tensor& dx) override;
