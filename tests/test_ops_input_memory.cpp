@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "core/bf16.h"
 #include "op_backend_fixture.h"
 #include "rn50/backend.h"
 #include "require.h"
@@ -50,6 +51,32 @@ TEST_P(OpsBackend, NormalizeU8) {
       for (int64_t i = 0; i < plane; ++i)
         ASSERT_EQ(d4.data_as<double>()[(n * 4 + 3) * plane + i], 0.0) << "the fourth channel";
   }
+}
+
+// torchvision's ToTensor() + Normalize() in float, (v / 255 - mean) / std, for every pixel value
+// in every channel: the oneDNN backend's result has exactly those bits (f32), or those rounded
+// once to bf16 (it looks them up in a table made with that formula).
+TEST_P(OpsBackend, NormalizeU8GivesTheFloatFormulasBitsForEveryByte) {
+  REQUIRE_OP(Op::normalize_u8);
+  if (GetParam().backend != "onednn" || (dt() != F32 && dt() != DType::bf16))
+    GTEST_SKIP() << "the oneDNN backend's f32 and bf16 destinations";
+  const std::array<float, 3> mean{0.485f, 0.456f, 0.406f}, stdv{0.229f, 0.224f, 0.225f};
+  const std::vector<int64_t> shape{1, 3, 16, 16};  // 256 pixels: each value once per channel
+  Tensor src = Tensor::empty(shape, DType::u8, NHWC);
+  for (int64_t i = 0; i < 256; ++i)
+    for (int c = 0; c < 3; ++c) src.data_as<uint8_t>()[3 * i + c] = uint8_t((i + 85 * c) % 256);
+  Tensor srcd = be().alloc(shape, DType::u8, NHWC);
+  be().copy(src, srcd);
+  Tensor dst = out(shape, dt(), lay());
+  be().normalize_u8(srcd, mean, stdv, dst);
+  const Tensor got = convert(test::download(be(), dst), F64, NCHW);
+  for (int c = 0; c < 3; ++c)
+    for (int64_t i = 0; i < 256; ++i) {
+      const int v = static_cast<int>((i + 85 * c) % 256);
+      const float f = (static_cast<float>(v) / 255.f - mean[c]) / stdv[c];
+      const double want = dt() == F32 ? double(f) : double(bf16_to_float(float_to_bf16(f)));
+      ASSERT_EQ(got.data_as<double>()[c * 256 + i], want) << "channel " << c << " value " << v;
+    }
 }
 
 // ---------------------------------------------------------------- memory
