@@ -1,5 +1,6 @@
 // rn50: the backend registry: names -> factories, and what this build and machine can run.
 #include "backend/factories.h"
+#include "backend/fused_bn_checks.h"
 #include "core/check.h"
 
 namespace rn50 {
@@ -16,10 +17,7 @@ void Backend::batchnorm_add_relu_fwd_train(const BatchNormParams& p, const Tenso
                                            const Tensor& beta, Tensor& running_mean,
                                            Tensor& running_var, Tensor& y, Tensor& save_mean,
                                            Tensor& save_var) {
-  RN50_CHECK(y.defined() && residual.defined() && y.data() != x.data() &&
-                 y.data() != residual.data(),
-             "{} batchnorm_add_relu_fwd_train: y must be a tensor of its own (not x or residual)",
-             name());
+  check_bn_add_relu_fwd_buffers(name(), x, residual, y);
   BatchNormParams bn = p;
   bn.relu = false;
   batchnorm_fwd_train(bn, x, gamma, beta, running_mean, running_var, y, save_mean, save_var);
@@ -30,12 +28,7 @@ void Backend::batchnorm_add_relu_bwd(const BatchNormParams& p, const Tensor& x, 
                                      const Tensor& g1, const Tensor& g2, const Tensor& gamma,
                                      const Tensor& save_mean, const Tensor& save_var, Tensor& dres,
                                      Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
-  RN50_CHECK(dres.defined() && dx.defined() && dx.data() != dres.data() &&
-                 dx.data() != x.data() && dx.data() != y.data() && dx.data() != g1.data() &&
-                 (!g2.defined() || (dx.data() != g2.data() && dres.data() != g2.data())),
-             "{} batchnorm_add_relu_bwd: dx must be a tensor of its own and dres may alias only "
-             "g1",
-             name());
+  check_bn_add_relu_bwd_buffers(name(), x, y, g1, g2, dres, dx);
   if (g2.defined())
     add_relu_bwd(y, g1, g2, dres);
   else

@@ -24,6 +24,7 @@
 
 #include "backend/cpu/batchnorm_nhwc.h"
 #include "backend/cpu/onednn_backend.h"
+#include "backend/fused_bn_checks.h"
 #include "core/check.h"
 
 namespace rn50::onednn {
@@ -219,8 +220,7 @@ void OnednnBackend::batchnorm_add_relu_fwd_train(const BatchNormParams& p, const
   }
   RN50_CHECK(x.n() * x.h() * x.w() > 1,
              "onednn {}: need more than one value per channel for training, got {}", op, x.str());
-  RN50_CHECK(y.data() != x.data() && y.data() != residual.data(),
-             "onednn {}: y must be a tensor of its own (not x or residual)", op);
+  check_bn_add_relu_fwd_buffers(name(), x, residual, y);
   own_bf16_fwd_train(*this, p, x, &residual, true, gamma, beta, running_mean, running_var, y,
                      save_mean, save_var);
 }
@@ -376,9 +376,7 @@ void OnednnBackend::batchnorm_add_relu_bwd(const BatchNormParams& p, const Tenso
             {"dgamma", &dgamma}, {"dbeta", &dbeta}});
   for (const auto& [name, t] : {std::pair{"g1", &g1}, {"g2", &g2}, {"dres", &dres}, {"dx", &dx}})
     if (t->defined()) check_same_shape(op, x, "x", *t, name);
-  RN50_CHECK(dx.data() != dres.data() && dx.data() != x.data() && dx.data() != y.data() &&
-                 dx.data() != g1.data() && dx.data() != g2.data() && dres.data() != g2.data(),
-             "onednn {}: dx must be a tensor of its own and dres may alias only g1", op);
+  check_bn_add_relu_bwd_buffers(name(), x, y, g1, g2, dres, dx);
   bn_bf16_nhwc_add_relu_bwd(
       x.data_as<const uint16_t>(), y.data_as<const uint16_t>(), g1.data_as<const uint16_t>(),
       g2.defined() ? g2.data_as<const uint16_t>() : nullptr, dres.data_as<uint16_t>(),
