@@ -461,6 +461,7 @@ void ResNet::Impl::walk_backward(bool execute, const Tensor* dlogits) {
       }
       case StepKind::unit: {
         const BatchNormParams bp{opt.bn_eps, opt.bn_momentum, s.relu};
+        const int g2 = grad2[static_cast<size_t>(i)];  // a fused join's second part, or -1
         const int dconv = pool.alloc();
         Tensor dc;
         if (execute) {
@@ -468,7 +469,6 @@ void ResNet::Impl::walk_backward(bool execute, const Tensor* dlogits) {
           if (s.fused_join >= 0) {
             // The join's backward too: its input gradient lands in place of the first part.
             const Tensor& jout = steps[static_cast<size_t>(s.fused_join)].out;
-            const int g2 = grad2[static_cast<size_t>(i)];
             Tensor dres = slot_view(g, jout);
             const Tensor part2 = g2 >= 0 ? slot_view(g2, jout) : Tensor();
             be.batchnorm_add_relu_bwd(bp, s.y, jout, dres, part2, s.gamma, s.save_mean,
@@ -482,7 +482,7 @@ void ResNet::Impl::walk_backward(bool execute, const Tensor* dlogits) {
         if (s.fused_join >= 0) {
           // g holds the join's input gradient now: the join's other input takes it over.
           const Step& join = steps[static_cast<size_t>(s.fused_join)];
-          if (grad2[static_cast<size_t>(i)] >= 0) pool.release(grad2[static_cast<size_t>(i)]);
+          if (g2 >= 0) pool.release(g2);
           contribute(join.in[0] == i ? join.in[1] : join.in[0], g);
         } else {
           pool.release(g);  // read by the BN backward only: the slot is free for dx
