@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <utility>
 
 #include "step_test_util.h"
 #include "rn50/backend.h"
@@ -47,6 +48,20 @@ double rel_l2(const std::vector<double>& a, const std::vector<double>& ref, doub
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
+/// Training forward of `m` on the batch in `in`, label-smoothed (0.1) softmax cross-entropy and
+/// backward with the loss scaled by `loss_scale`: the gradients land in m's gradient slab.
+/// Returns the logits (m's output, [N, classes] f32) and the loss (f32 [1]).
+std::pair<const Tensor*, Tensor> forward_backward(Backend& be, ResNet& m, const InputStage& in,
+                                                  float loss_scale) {
+  const Tensor& z = m.forward(in.x(), true);
+  Tensor loss = be.alloc({1}, DType::f32), probs = be.alloc(z.shape(), DType::f32);
+  Tensor dz = be.alloc(z.shape(), DType::f32);
+  be.softmax_xent_fwd(z, in.labels(), 0.1f, loss, probs);
+  be.softmax_xent_bwd(probs, in.labels(), 0.1f, loss_scale, dz, Tensor());
+  m.backward(dz);
+  return {&z, loss};
+}
+
 /// Forward + loss + backward of one batch; returns (logits, loss, every parameter's gradient in
 /// params() order and torchvision's layout) as host values.
 struct Pass {
@@ -62,14 +77,9 @@ Pass run_pass(Backend& be, DType dt, const Batch& b, float loss_scale) {
   m.init(3);
   InputStage in(be, Layout::NHWC, dt, 10, 1);
   in.load(b);
-  const Tensor& z = m.forward(in.x(), true);
-  Tensor loss = be.alloc({1}, DType::f32), probs = be.alloc(z.shape(), DType::f32);
-  Tensor dz = be.alloc(z.shape(), DType::f32);
-  be.softmax_xent_fwd(z, in.labels(), 0.1f, loss, probs);
-  be.softmax_xent_bwd(probs, in.labels(), 0.1f, loss_scale, dz, Tensor());
-  m.backward(dz);
+  const auto [z, loss] = forward_backward(be, m, in, loss_scale);
   Pass p;
-  p.logits = host_values(be, z);
+  p.logits = host_values(be, *z);
   p.loss = host_values(be, loss)[0];
   // Per parameter in torchvision's logical order, whatever the slab's conv weight layout.
   for (const ParamInfo& pi : m.params())
@@ -152,27 +162,25 @@ TEST(TrainAmp, OnednnBf16CloseToF32) {
   check_half_close_to_f32([] { return make_backend("onednn"); }, {DType::bf16});
 }
 
-// CPU bf16 NHWC: the training forward runs each block's last BatchNorm and its residual join as
-// one fused op (Backend::batchnorm_add_relu_fwd_train), on the BN of the join's input computed
-// last: in downsampling blocks (the first of each stage) and in an identity block (stage 1's
-// second); the backward runs their backwards as one (batchnorm_add_relu_bwd). Eval keeps the
-// separate ops. The fused path's numbers are checked by
-// OnednnBf16CloseToF32 (its network's four blocks all fuse) and, op by op, by
-// test_ops_onednn_bn_bf16.
-TEST(TrainAmp, OnednnBf16FusesEachBlocksLastBatchNormWithItsJoin) {
-  auto plain = make_backend("onednn");
-  if (!plain->supports(Op::batchnorm_add_relu, DType::bf16, Layout::NHWC))
-    GTEST_SKIP() << "oneDNN has no bf16 kernels on this CPU";
-  EXPECT_FALSE(plain->supports(Op::batchnorm_add_relu, DType::f32, Layout::NHWC));
+// CPU NHWC, bf16 and f32: the training forward runs each block's last BatchNorm and its residual
+// join as one fused op (Backend::batchnorm_add_relu_fwd_train), on the BN of the join's input
+// computed last: in downsampling blocks (the first of each stage) and in an identity block
+// (stage 1's second); the backward runs their backwards as one (batchnorm_add_relu_bwd). Eval
+// keeps the separate ops. The fused path's numbers are checked by OnednnBf16CloseToF32 (its
+// network's four blocks all fuse), by test_model_parity (f32 oneDNN against torchvision) and,
+// op by op, by test_ops_onednn_bn_nhwc.
+void expect_fused_joins(DType dt) {
+  SCOPED_TRACE(dtype_name(dt));
   auto be = make_profiling_backend(make_backend("onednn"));
+  ASSERT_TRUE(be->supports(Op::batchnorm_add_relu, dt, Layout::NHWC));
   const ArchSpec net{"bottleneck2111", true, {2, 1, 1, 1}};  // 5 joins: 4 downsampling
   ModelOptions mo;
   mo.num_classes = 10;
   mo.layout = Layout::NHWC;
-  mo.compute_dtype = DType::bf16;
+  mo.compute_dtype = dt;
   ResNet m(*be, net, mo);
   m.init(3);
-  InputStage in(*be, Layout::NHWC, DType::bf16, 10, 1);
+  InputStage in(*be, Layout::NHWC, dt, 10, 1);
   in.load(random_batch(8, 32, 10, 4));
   auto calls = [](const OpProfiler& p, const std::string& op) {
     for (const OpProfiler::Row& r : p.rows())
@@ -182,12 +190,7 @@ TEST(TrainAmp, OnednnBf16FusesEachBlocksLastBatchNormWithItsJoin) {
   OpProfiler train, eval;
   {
     OpProfiler::Activation on(train);
-    const Tensor& z = m.forward(in.x(), true);
-    Tensor loss = be->alloc({1}, DType::f32), probs = be->alloc(z.shape(), DType::f32);
-    Tensor dz = be->alloc(z.shape(), DType::f32);
-    be->softmax_xent_fwd(z, in.labels(), 0.1f, loss, probs);
-    be->softmax_xent_bwd(probs, in.labels(), 0.1f, 1.f, dz, Tensor());
-    m.backward(dz);
+    forward_backward(*be, m, in, 1.f);
   }
   {
     OpProfiler::Activation on(eval);
@@ -203,6 +206,13 @@ TEST(TrainAmp, OnednnBf16FusesEachBlocksLastBatchNormWithItsJoin) {
   EXPECT_EQ(calls(train, "batchnorm bwd"), 1 + 3 * 5 + 4 - 5);
   EXPECT_EQ(calls(eval, "batchnorm+add+relu fwd (train)"), 0);
   EXPECT_EQ(calls(eval, "add+relu fwd"), 5);
+}
+
+TEST(TrainAmp, OnednnFusesEachBlocksLastBatchNormWithItsJoin) {
+  expect_fused_joins(DType::f32);
+  if (!make_backend("onednn")->supports(Op::conv2d, DType::bf16, Layout::NHWC))
+    GTEST_SKIP() << "oneDNN has no bf16 kernels on this CPU (f32 checked)";
+  expect_fused_joins(DType::bf16);
 }
 
 TEST(TrainAmp, CudaHalfPrecisionCloseToF32) {
@@ -299,12 +309,7 @@ TEST(TrainAmp, StepTakesItsLrFromTheDeviceState) {
   be->zero(mom);
   for (auto [batch, lr] : {std::pair{&b0, 0.2}, std::pair{&b1, 0.05}}) {
     rin.load(*batch);
-    const Tensor& z = r.forward(rin.x(), true);
-    Tensor loss = be->alloc({1}, DType::f32), probs = be->alloc(z.shape(), DType::f32);
-    Tensor dz = be->alloc(z.shape(), DType::f32);
-    be->softmax_xent_fwd(z, rin.labels(), 0.1f, loss, probs);
-    be->softmax_xent_bwd(probs, rin.labels(), 0.1f, 1.f, dz, Tensor());
-    r.backward(dz);
+    forward_backward(*be, r, rin, 1.f);
     SgdParams p;
     p.lr = static_cast<float>(lr);
     p.decay_count = r.decay_count();

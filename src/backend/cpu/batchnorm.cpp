@@ -13,9 +13,10 @@
 //    dy is first masked by y > 0 into dx (eltwise relu backward on the forward output) and the
 //    plain backward runs in place on dx. Both give dx, dgamma, dbeta of BN followed by ReLU.
 // x, y, dy, dx: f32, or bf16 under CPU AMP (gamma, beta and all statistics stay f32).
-// bf16 in NHWC (CPU AMP's layout) trains through our own loops instead (batchnorm_nhwc.cpp:
-// oneDNN 2.6's bf16 nspc kernel runs at about half the memory speed), with the backward's ReLU
-// mask read from y; inference stays oneDNN's.
+// NHWC (the training layout on the CPU) in bf16 or f32 trains through our own loops instead
+// (batchnorm_nhwc.cpp: oneDNN 2.6's bf16 nspc kernel runs at about half the memory speed, and
+// its batch norm cannot fuse the residual join), with the backward's ReLU mask read from y;
+// inference stays oneDNN's.
 // If y (or dx) has a different layout than x, x (dy) is first reordered into y (dx) and the
 // primitive runs in place there.
 #include <cstdlib>
@@ -93,11 +94,25 @@ ReluMask& relu_mask_for(OnednnBackend& be, const Tensor& save_mean, size_t bytes
 }
 
 /// Whether the training forward / backward of these tensors runs batchnorm_nhwc.cpp's loops:
-/// all bf16 in NHWC (undefined tensors are not asked about).
-bool own_bf16_nhwc(std::initializer_list<const Tensor*> ts) {
+/// all in NHWC and of one dtype, bf16 or f32 (undefined tensors are not asked about; the first
+/// must be defined).
+bool own_nhwc(std::initializer_list<const Tensor*> ts) {
+  const DType d = (*ts.begin())->dtype();
+  if (d != DType::bf16 && d != DType::f32) return false;
   for (const Tensor* t : ts)
-    if (t->defined() && (t->dtype() != DType::bf16 || t->layout() != Layout::NHWC)) return false;
+    if (t->defined() && (t->dtype() != d || t->layout() != Layout::NHWC)) return false;
   return true;
+}
+
+/// A tensor's elements as batchnorm_nhwc.cpp's element type T (uint16_t: bf16 bits; float);
+/// nullptr for an undefined tensor.
+template <class T>
+const T* elems(const Tensor& t) {
+  return t.defined() ? t.data_as<const T>() : nullptr;
+}
+template <class T>
+T* elems_out(Tensor& t) {
+  return t.data_as<T>();
 }
 
 /// torch's running-statistics update: momentum average of the batch mean and of the UNBIASED
@@ -117,20 +132,26 @@ void update_running_stats(const BatchNormParams& p, int64_t M, const Tensor& sav
   }
 }
 
-/// Training forward through our bf16 NHWC loops (batchnorm_nhwc.cpp), y = act(BN(x) [+ residual]),
+/// Training forward through our NHWC loops (batchnorm_nhwc.cpp), y = act(BN(x) [+ residual]),
 /// and the running statistics' update; the layer's oneDNN ReLU mask, if any, no longer
-/// belongs to y.
-void own_bf16_fwd_train(OnednnBackend& be, const BatchNormParams& p, const Tensor& x,
-                        const Tensor* residual, bool relu, const Tensor& gamma, const Tensor& beta,
-                        Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& save_mean,
-                        Tensor& save_var) {
+/// belongs to y. `residual` may be undefined.
+void own_fwd_train(OnednnBackend& be, const BatchNormParams& p, const Tensor& x,
+                   const Tensor& residual, bool relu, const Tensor& gamma, const Tensor& beta,
+                   Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& save_mean,
+                   Tensor& save_var) {
   const int64_t M = x.n() * x.h() * x.w();
   if (auto* stale = be.find_layer_state<ReluMask>(save_mean.data())) stale->y = nullptr;
-  bn_bf16_nhwc_fwd_train(x.data_as<const uint16_t>(),
-                         residual ? residual->data_as<const uint16_t>() : nullptr,
-                         y.data_as<uint16_t>(), M, x.c(), gamma.data_as<const float>(),
-                         beta.data_as<const float>(), static_cast<float>(p.eps), relu,
-                         save_mean.data_as<float>(), save_var.data_as<float>());
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    bn_nhwc_fwd_train(elems<T>(x), elems<T>(residual), elems_out<T>(y), M, x.c(),
+                      gamma.data_as<const float>(), beta.data_as<const float>(),
+                      static_cast<float>(p.eps), relu, save_mean.data_as<float>(),
+                      save_var.data_as<float>());
+  };
+  if (x.dtype() == DType::bf16)
+    run(uint16_t{});
+  else
+    run(float{});
   update_running_stats(p, M, save_mean, save_var, running_mean, running_var);
 }
 
@@ -147,9 +168,9 @@ void OnednnBackend::batchnorm_fwd_train(const BatchNormParams& p, const Tensor& 
   const int64_t M = x.n() * x.h() * x.w();
   RN50_CHECK(M > 1, "onednn {}: need more than one value per channel for training, got {}", op,
              x.str());
-  if (own_bf16_nhwc({&x, &y})) {
-    own_bf16_fwd_train(*this, p, x, nullptr, p.relu, gamma, beta, running_mean, running_var, y,
-                       save_mean, save_var);
+  if (own_nhwc({&x, &y})) {
+    own_fwd_train(*this, p, x, Tensor(), p.relu, gamma, beta, running_mean, running_var, y,
+                  save_mean, save_var);
     return;
   }
   const Tensor* src = &x;
@@ -213,7 +234,7 @@ void OnednnBackend::batchnorm_add_relu_fwd_train(const BatchNormParams& p, const
             {"running_var", &running_var}, {"save_mean", &save_mean}, {"save_var", &save_var}});
   check_tensor(op, "residual", residual, x.dtype());
   check_same_shape(op, x, "x", residual, "residual");
-  if (!own_bf16_nhwc({&x, &residual, &y})) {
+  if (!own_nhwc({&x, &residual, &y})) {
     Backend::batchnorm_add_relu_fwd_train(p, x, residual, gamma, beta, running_mean, running_var,
                                           y, save_mean, save_var);
     return;
@@ -221,8 +242,8 @@ void OnednnBackend::batchnorm_add_relu_fwd_train(const BatchNormParams& p, const
   RN50_CHECK(x.n() * x.h() * x.w() > 1,
              "onednn {}: need more than one value per channel for training, got {}", op, x.str());
   check_bn_add_relu_fwd_buffers(name(), x, residual, y);
-  own_bf16_fwd_train(*this, p, x, &residual, true, gamma, beta, running_mean, running_var, y,
-                     save_mean, save_var);
+  own_fwd_train(*this, p, x, residual, true, gamma, beta, running_mean, running_var, y,
+                save_mean, save_var);
 }
 
 void OnednnBackend::batchnorm_fwd_infer(const BatchNormParams& p, const Tensor& x,
@@ -276,14 +297,19 @@ void OnednnBackend::batchnorm_bwd(const BatchNormParams& p, const Tensor& x, con
                op);
     check_same_shape(op, x, "x", y, "y");
   }
-  if (own_bf16_nhwc({&x, &dy, &dx}) && (!p.relu || own_bf16_nhwc({&y}))) {
-    bn_bf16_nhwc_bwd(x.data_as<const uint16_t>(),
-                     p.relu ? y.data_as<const uint16_t>() : nullptr,
-                     dy.data_as<const uint16_t>(), dx.data_as<uint16_t>(),
-                     x.n() * x.h() * x.w(), x.c(), gamma.data_as<const float>(),
-                     save_mean.data_as<const float>(), save_var.data_as<const float>(),
-                     static_cast<float>(p.eps), p.relu, dgamma.data_as<float>(),
-                     dbeta.data_as<float>());
+  if (own_nhwc({&x, &dy, &dx, p.relu ? &y : &dy})) {
+    auto run = [&](auto tag) {
+      using T = decltype(tag);
+      bn_nhwc_bwd(elems<T>(x), p.relu ? elems<T>(y) : nullptr, elems<T>(dy), elems_out<T>(dx),
+                  x.n() * x.h() * x.w(), x.c(), gamma.data_as<const float>(),
+                  save_mean.data_as<const float>(), save_var.data_as<const float>(),
+                  static_cast<float>(p.eps), p.relu, dgamma.data_as<float>(),
+                  dbeta.data_as<float>());
+    };
+    if (x.dtype() == DType::bf16)
+      run(uint16_t{});
+    else
+      run(float{});
     return;
   }
   // With a fused ReLU: the layer's mask from its forward, when it belongs to this y (see the
@@ -366,7 +392,7 @@ void OnednnBackend::batchnorm_add_relu_bwd(const BatchNormParams& p, const Tenso
   const char* op = "batchnorm_add_relu_bwd";
   RN50_CHECK(y.defined() && g1.defined() && dres.defined() && dx.defined(),
              "onednn {}: y, g1, dres and dx are required (g2 may be undefined)", op);
-  if (!own_bf16_nhwc({&x, &y, &g1, &g2, &dres, &dx})) {
+  if (!own_nhwc({&x, &y, &g1, &g2, &dres, &dx})) {
     Backend::batchnorm_add_relu_bwd(p, x, y, g1, g2, gamma, save_mean, save_var, dres, dx, dgamma,
                                     dbeta);
     return;
@@ -377,12 +403,18 @@ void OnednnBackend::batchnorm_add_relu_bwd(const BatchNormParams& p, const Tenso
   for (const auto& [name, t] : {std::pair{"g1", &g1}, {"g2", &g2}, {"dres", &dres}, {"dx", &dx}})
     if (t->defined()) check_same_shape(op, x, "x", *t, name);
   check_bn_add_relu_bwd_buffers(name(), x, y, g1, g2, dres, dx);
-  bn_bf16_nhwc_add_relu_bwd(
-      x.data_as<const uint16_t>(), y.data_as<const uint16_t>(), g1.data_as<const uint16_t>(),
-      g2.defined() ? g2.data_as<const uint16_t>() : nullptr, dres.data_as<uint16_t>(),
-      dx.data_as<uint16_t>(), x.n() * x.h() * x.w(), x.c(), gamma.data_as<const float>(),
-      save_mean.data_as<const float>(), save_var.data_as<const float>(),
-      static_cast<float>(p.eps), dgamma.data_as<float>(), dbeta.data_as<float>());
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    bn_nhwc_add_relu_bwd(elems<T>(x), elems<T>(y), elems<T>(g1), elems<T>(g2), elems_out<T>(dres),
+                         elems_out<T>(dx), x.n() * x.h() * x.w(), x.c(),
+                         gamma.data_as<const float>(), save_mean.data_as<const float>(),
+                         save_var.data_as<const float>(), static_cast<float>(p.eps),
+                         dgamma.data_as<float>(), dbeta.data_as<float>());
+  };
+  if (x.dtype() == DType::bf16)
+    run(uint16_t{});
+  else
+    run(float{});
 }
 
 }  // namespace rn50::onednn

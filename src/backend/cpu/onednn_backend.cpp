@@ -141,9 +141,10 @@ void OnednnBackend::clear_cache() {
 bool OnednnBackend::supports(Op op, DType dtype, Layout layout) const {
   if (layout != Layout::NCHW && layout != Layout::NHWC) return false;
   if (op == Op::conv_bias_act) return false;  // inference: the CPU engine (src/infer)
-  // Our bf16 NHWC loops (batchnorm_nhwc.cpp); oneDNN 2.6's batch norm cannot add a residual.
+  // Our NHWC loops (batchnorm_nhwc.cpp); oneDNN 2.6's batch norm cannot add a residual.
   if (op == Op::batchnorm_add_relu)
-    return dtype == DType::bf16 && layout == Layout::NHWC && bf16_available();
+    return layout == Layout::NHWC &&
+           (dtype == DType::f32 || (dtype == DType::bf16 && bf16_available()));
   if (dtype == DType::f32) return true;
   if (dtype != DType::bf16) return false;  // fp16 compute: the CUDA backend
   switch (op) {

@@ -18,9 +18,9 @@
 // via eltwise relu backward, then batch-norm backward), relu fwd/bwd (eltwise), add / add_relu
 // (binary with a relu post-op), maxpool forward and global average pooling fwd/bwd (pooling),
 // linear (inner product fwd/bwd data/bwd weights), layout changes in copy() (reorder). Plain
-// OpenMP loops: bf16 NHWC batchnorm training forward and backward (batchnorm_nhwc.cpp), maxpool
-// backward (torch's first-maximum routing), softmax cross-entropy, normalize_u8, SGD, and the
-// running-statistics update.
+// OpenMP loops: NHWC (bf16, f32) batchnorm training forward and backward, also fused with the
+// residual join (batchnorm_nhwc.cpp), maxpool backward (torch's first-maximum routing), softmax
+// cross-entropy, normalize_u8, SGD, and the running-statistics update.
 //
 // Not thread-safe: use one backend instance from one thread at a time (its ops are internally
 // parallel through OpenMP).
@@ -123,7 +123,7 @@ class OnednnBackend final : public Backend {
   void conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
                           Tensor& dw) override;
 
-  /// bf16 NHWC: one pass of our loops (bn_bf16_nhwc_fwd_train with a residual); other dtypes
+  /// bf16 or f32 NHWC: one pass of our loops (bn_nhwc_fwd_train with a residual); other dtypes
   /// and layouts: Backend's default (batch norm, then add + ReLU).
   void batchnorm_add_relu_fwd_train(const BatchNormParams& p, const Tensor& x,
                                     const Tensor& residual, const Tensor& gamma, const Tensor& beta,
@@ -138,8 +138,8 @@ class OnednnBackend final : public Backend {
   void batchnorm_bwd(const BatchNormParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
                      const Tensor& gamma, const Tensor& save_mean, const Tensor& save_var,
                      Tensor& dx, Tensor& dgamma, Tensor& dbeta) override;
-  /// bf16 NHWC: our loops in two passes (bn_bf16_nhwc_add_relu_bwd); other dtypes and layouts:
-  /// Backend's default (add + ReLU backward, then batch norm's).
+  /// bf16 or f32 NHWC: our loops in two passes (bn_nhwc_add_relu_bwd); other dtypes and
+  /// layouts: Backend's default (add + ReLU backward, then batch norm's).
   void batchnorm_add_relu_bwd(const BatchNormParams& p, const Tensor& x, const Tensor& y,
                               const Tensor& g1, const Tensor& g2, const Tensor& gamma,
                               const Tensor& save_mean, const Tensor& save_var, Tensor& dres,
