@@ -110,9 +110,15 @@ template <class T>
 const T* elems(const Tensor& t) {
   return t.defined() ? t.data_as<const T>() : nullptr;
 }
-template <class T>
-T* elems_out(Tensor& t) {
-  return t.data_as<T>();
+
+/// Calls f(T{}) with batchnorm_nhwc.cpp's element type for `d`: uint16_t (bf16 bits) for bf16,
+/// float otherwise (own_nhwc has already admitted only these two).
+template <class F>
+void with_elem_type(DType d, F&& f) {
+  if (d == DType::bf16)
+    f(uint16_t{});
+  else
+    f(float{});
 }
 
 /// torch's running-statistics update: momentum average of the batch mean and of the UNBIASED
@@ -141,17 +147,13 @@ void own_fwd_train(OnednnBackend& be, const BatchNormParams& p, const Tensor& x,
                    Tensor& save_var) {
   const int64_t M = x.n() * x.h() * x.w();
   if (auto* stale = be.find_layer_state<ReluMask>(save_mean.data())) stale->y = nullptr;
-  auto run = [&](auto tag) {
+  with_elem_type(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    bn_nhwc_fwd_train(elems<T>(x), elems<T>(residual), elems_out<T>(y), M, x.c(),
+    bn_nhwc_fwd_train(elems<T>(x), elems<T>(residual), y.data_as<T>(), M, x.c(),
                       gamma.data_as<const float>(), beta.data_as<const float>(),
                       static_cast<float>(p.eps), relu, save_mean.data_as<float>(),
                       save_var.data_as<float>());
-  };
-  if (x.dtype() == DType::bf16)
-    run(uint16_t{});
-  else
-    run(float{});
+  });
   update_running_stats(p, M, save_mean, save_var, running_mean, running_var);
 }
 
@@ -298,18 +300,14 @@ void OnednnBackend::batchnorm_bwd(const BatchNormParams& p, const Tensor& x, con
     check_same_shape(op, x, "x", y, "y");
   }
   if (own_nhwc({&x, &dy, &dx, p.relu ? &y : &dy})) {
-    auto run = [&](auto tag) {
+    with_elem_type(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      bn_nhwc_bwd(elems<T>(x), p.relu ? elems<T>(y) : nullptr, elems<T>(dy), elems_out<T>(dx),
+      bn_nhwc_bwd(elems<T>(x), p.relu ? elems<T>(y) : nullptr, elems<T>(dy), dx.data_as<T>(),
                   x.n() * x.h() * x.w(), x.c(), gamma.data_as<const float>(),
                   save_mean.data_as<const float>(), save_var.data_as<const float>(),
                   static_cast<float>(p.eps), p.relu, dgamma.data_as<float>(),
                   dbeta.data_as<float>());
-    };
-    if (x.dtype() == DType::bf16)
-      run(uint16_t{});
-    else
-      run(float{});
+    });
     return;
   }
   // With a fused ReLU: the layer's mask from its forward, when it belongs to this y (see the
@@ -403,18 +401,14 @@ void OnednnBackend::batchnorm_add_relu_bwd(const BatchNormParams& p, const Tenso
   for (const auto& [name, t] : {std::pair{"g1", &g1}, {"g2", &g2}, {"dres", &dres}, {"dx", &dx}})
     if (t->defined()) check_same_shape(op, x, "x", *t, name);
   check_bn_add_relu_bwd_buffers(name(), x, y, g1, g2, dres, dx);
-  auto run = [&](auto tag) {
+  with_elem_type(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    bn_nhwc_add_relu_bwd(elems<T>(x), elems<T>(y), elems<T>(g1), elems<T>(g2), elems_out<T>(dres),
-                         elems_out<T>(dx), x.n() * x.h() * x.w(), x.c(),
+    bn_nhwc_add_relu_bwd(elems<T>(x), elems<T>(y), elems<T>(g1), elems<T>(g2), dres.data_as<T>(),
+                         dx.data_as<T>(), x.n() * x.h() * x.w(), x.c(),
                          gamma.data_as<const float>(), save_mean.data_as<const float>(),
                          save_var.data_as<const float>(), static_cast<float>(p.eps),
                          dgamma.data_as<float>(), dbeta.data_as<float>());
-  };
-  if (x.dtype() == DType::bf16)
-    run(uint16_t{});
-  else
-    run(float{});
+  });
 }
 
 }  // namespace rn50::onednn
