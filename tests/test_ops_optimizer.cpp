@@ -96,6 +96,49 @@ TEST_P(OpsBackend, SgdUpdateMaskAndComputeCopy) {
   EXPECT_THROW(be().sgd_update(wrong, p, up(g, F32, NCHW), buf), Error) << "mask length";
 }
 
+// bf16 gradients with f32 slabs (CPU AMP's optimiser reads the conv/fc gradients as backward
+// wrote them): the same bits as the update from the exactly widened f32 gradients, mask and
+// compute copy included; a backend that does not say it takes them refuses them.
+TEST_P(OpsBackend, SgdUpdateBf16GradsEqualWidenedF32) {
+  REQUIRE_F32("sgd_update");
+  REQUIRE_OP(Op::sgd);
+  const int64_t n = 6007;
+  SgdParams sp;
+  sp.lr = 0.256f;
+  sp.decay_count = 3001;
+  sp.grad_scale = 1.f / 8;
+  Tensor p0 = rand({n}), b0 = rand({n});
+  Tensor pa = up(p0, F32, NCHW), ba = up(b0, F32, NCHW);
+  if (!be().sgd_takes_bf16_grads()) {
+    Tensor g16 = up(rand({n}, -8, 8), DType::bf16, NCHW);
+    EXPECT_THROW(be().sgd_update(sp, pa, g16, ba), Error)
+        << "a backend whose sgd_takes_bf16_grads() is false refuses bf16 gradients";
+    return;
+  }
+  Tensor pb = up(p0, F32, NCHW), bb = up(b0, F32, NCHW);
+  Tensor mask = Tensor::empty({n}, DType::u8);
+  std::mt19937_64 mg(5);
+  for (int64_t i = 0; i < n; ++i) mask.data_as<uint8_t>()[i] = (mg() % 4) < 2 ? 0 : 1;
+  sp.mask = up(mask, DType::u8, NCHW);
+  SgdParams spb = sp;
+  sp.compute_copy = be().alloc({n}, DType::bf16, NCHW);
+  spb.compute_copy = be().alloc({n}, DType::bf16, NCHW);
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    Tensor g16 = up(rand({n}, -8, 8), DType::bf16, NCHW);
+    Tensor g32 = be().alloc({n}, F32, NCHW);
+    be().copy(g16, g32);  // bf16 -> f32 is exact
+    be().sgd_update(sp, pa, g16, ba);
+    be().sgd_update(spb, pb, g32, bb);
+    check("sgd params (bf16 grads)", pa, test::download(be(), pb), kCopy);
+    check("sgd momentum_buf (bf16 grads)", ba, test::download(be(), bb), kCopy);
+    check("sgd compute copy (bf16 grads)", sp.compute_copy,
+          test::download(be(), spb.compute_copy), kCopy);
+  }
+  EXPECT_THROW(be().sgd_update(sp, pa, up(rand({n}), DType::f16, NCHW), ba), Error)
+      << "f16 gradients with f32 slabs";
+}
+
 TEST_P(OpsBackend, SgdUpdateFromStepState) {
   REQUIRE_F32("sgd_update");
   REQUIRE_OP(Op::sgd);

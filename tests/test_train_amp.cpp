@@ -319,6 +319,62 @@ TEST(TrainAmp, StepTakesItsLrFromTheDeviceState) {
   EXPECT_EQ(rel_l2(host_values(*be, opt.momentum()), host_values(*be, mom)), 0.0);
 }
 
+// CPU bf16 AMP: TrainStep has SGD read the conv/fc gradients in the bf16 slab backward wrote
+// (ResNet::set_grads_in_compute_slab, Backend::sgd_takes_bf16_grads) instead of converting
+// them into the f32 slab first. Three steps give the same bits (weights, momentum, the bf16
+// compute copy) as three with the conversion, and the f32 slab's conv/fc entries stay
+// unwritten (a NaN sentinel survives).
+TEST(TrainAmp, OnednnBf16SgdReadsTheBf16GradientsUnconverted) {
+  auto be = make_backend("onednn");
+  if (!be->supports(Op::conv2d, DType::bf16, Layout::NHWC))
+    GTEST_SKIP() << "oneDNN has no bf16 kernels on this CPU";
+  ASSERT_TRUE(be->sgd_takes_bf16_grads());
+  ModelOptions mo;
+  mo.num_classes = 10;
+  mo.layout = Layout::NHWC;
+  mo.compute_dtype = DType::bf16;
+  const Batch batches[] = {random_batch(2, 32, 10, 11), random_batch(2, 32, 10, 12),
+                           random_batch(2, 32, 10, 13)};
+  struct Run {
+    std::vector<double> w, mom, cc;
+    std::vector<double> grad32;
+  };
+  auto train = [&](bool unconverted) {
+    ResNet m(*be, kNet, mo);
+    m.init(3);
+    InputStage in(*be, Layout::NHWC, DType::bf16, 10, 1);
+    SgdOptimizer opt(*be, m, {});
+    TrainStep step(*be, m, in, opt, StepOptions{});
+    EXPECT_TRUE(m.grads_in_compute_slab()) << "TrainStep turns it on for bf16 AMP";
+    if (!unconverted) m.set_grads_in_compute_slab(false);
+    Tensor nan = Tensor::empty({m.num_params()}, DType::f32);
+    std::fill_n(nan.data_as<float>(), m.num_params(), std::nanf(""));
+    be->copy(nan, m.grad_slab());
+    for (const Batch& b : batches) {
+      const int s = in.upload(b);
+      step.run(s, 0.1);
+      in.release(s);
+    }
+    return Run{host_values(*be, m.param_slab()), host_values(*be, opt.momentum()),
+               host_values(*be, m.compute_param_slab()), host_values(*be, m.grad_slab())};
+  };
+  const Run a = train(true), b = train(false);
+  ASSERT_EQ(a.w.size(), b.w.size());
+  EXPECT_EQ(a.w, b.w) << "f32 master weights";
+  EXPECT_EQ(a.mom, b.mom) << "momentum";
+  EXPECT_EQ(a.cc, b.cc) << "bf16 compute copy";
+  ResNet probe(*be, kNet, mo);
+  int64_t mirrored = 0;
+  for (const auto& [lo, hi] : probe.mirrored_ranges()) {
+    mirrored += hi - lo;
+    for (int64_t i = lo; i < hi; ++i) {
+      ASSERT_TRUE(std::isnan(a.grad32[i])) << "f32 gradient " << i << " was written";
+      ASSERT_FALSE(std::isnan(b.grad32[i])) << "converted f32 gradient " << i;
+    }
+  }
+  EXPECT_GT(mirrored, probe.num_params() / 2) << "the conv/fc weights are mirrored";
+}
+
 }  // namespace
 }  // namespace rn50
 

@@ -89,7 +89,7 @@ struct StepState {
 /// element is widened to f32, updated in f32 as above, and p and buf are rounded to f16 (nearest
 /// even) when stored; p is updated with the unrounded buf, as Paddle's momentum kernel does. An
 /// update smaller than half an f16 ulp of p is lost: the accuracy risk of pure fp16. Half slabs
-/// take no compute_copy.
+/// take no compute_copy. Where sgd_takes_bf16_grads(), grads may also be bf16 with f32 params.
 struct SgdParams {
   float lr = 0.f;
   float momentum = 0.875f;
@@ -354,6 +354,11 @@ class Backend {
   // ---- optimiser over whole slabs (1-D f32 tensors of equal length) ----
   virtual void sgd_update(const SgdParams& p, Tensor& params, const Tensor& grads,
                           Tensor& momentum_buf) = 0;
+  /// Whether sgd_update takes bf16 `grads` with f32 params and momentum (each gradient widened
+  /// exactly to f32, then the update above, so the result equals that of the widened f32
+  /// slab). CPU AMP's optimiser then reads the conv/fc gradients in the bf16 slab backward
+  /// wrote, without converting them into the f32 slab first (ResNet::set_grads_in_compute_slab).
+  virtual bool sgd_takes_bf16_grads() const { return false; }
 
   // ---- AMP (dynamic loss scaling; state is a step state, see StepState) ----
   /// Sets state[found_inf] = 1 when any element of x (f32/f16/bf16, any shape) is inf or NaN;

@@ -59,7 +59,8 @@ struct ModelOptions {
 /// AMP: when options().compute_dtype is f16/bf16, the conv and fc parameters are used through
 /// a compute copy (compute_param_slab(): the same offsets and layout in the compute dtype) and
 /// their gradients are produced there and converted into the f32 grad_slab() (per parameter
-/// when a grad-ready hook is set, else once per contiguous range at the end of backward()).
+/// when a grad-ready hook is set, else once per contiguous range at the end of backward(), or
+/// not at all under set_grads_in_compute_slab).
 /// The f32 param_slab() stays the master copy: after changing it outside an optimiser step
 /// that writes the compute copy itself (SgdParams::compute_copy), call refresh_compute_params().
 /// Pure fp16 (ModelOptions::pure_half): the compute copy is the only copy of the conv/fc
@@ -100,6 +101,18 @@ class ResNet {
   std::vector<std::pair<int64_t, int64_t>> half_ranges() const;
   /// Whether parameter `p` lives in f16 only (pure_half and a conv/fc parameter).
   bool is_half_master(const ParamInfo& p) const;
+  /// AMP (a compute copy, not pure_half): the conv/fc parameters as maximal contiguous
+  /// [begin, end) element ranges of the slab layout, the entries compute_param_slab() and
+  /// compute_grad_slab() hold; empty in f32 and under pure_half.
+  std::vector<std::pair<int64_t, int64_t>> mirrored_ranges() const;
+  /// AMP without a grad-ready hook: on, backward() leaves the conv/fc gradients in
+  /// compute_grad_slab() only and does not convert them into grad_slab() (whose mirrored_ranges()
+  /// then hold stale values), for an optimiser that reads them there (SgdOptimizer on a backend
+  /// whose sgd_update takes bf16 gradients: 1 read of 2 bytes per gradient instead of 2 + 4 + 4).
+  /// Off by default; no effect in f32, under pure_half or while a grad-ready hook is set.
+  void set_grads_in_compute_slab(bool on);
+  /// Whether backward() leaves the conv/fc gradients in compute_grad_slab() only (above).
+  bool grads_in_compute_slab() const;
   /// The layout of conv weights (and their gradients and momentum) in the slabs.
   Layout weight_layout() const;
   /// f32, written by backward(): num_params elements (pure_half: the f32 span, as param_slab()).
@@ -119,7 +132,8 @@ class ResNet {
   /// The f32 logits of the last forward() (valid until the next forward or a shape change).
   const Tensor& forward_output() const;
   /// dlogits (N, num_classes) f32 (already multiplied by the loss scale under AMP): fills
-  /// grad_slab() with d loss / d params (f32; still scaled). Requires a preceding
+  /// grad_slab() with d loss / d params (f32; still scaled; the conv/fc entries only in
+  /// compute_grad_slab() under set_grads_in_compute_slab). Requires a preceding
   /// forward(train=true) with the same batch.
   void backward(const Tensor& dlogits);
   /// Copies the f32 master parameters into the compute copy (see the class comment). Called by

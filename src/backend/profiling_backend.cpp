@@ -131,6 +131,7 @@ class ProfilingBackend final : public Backend {
   Layout preferred_weight_layout(Layout activation_layout) const override {
     return in_->preferred_weight_layout(activation_layout);
   }
+  bool sgd_takes_bf16_grads() const override { return in_->sgd_takes_bf16_grads(); }
 
   void conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w, Tensor& y) override {
     timed(kConvFwd, conv_flops(x, w, y), bytes_of({&x, &w, &y}), precision_of(x),

@@ -187,6 +187,13 @@ Tensor& ResNet::param_slab() { return impl_->param_slab; }
 int64_t ResNet::master_offset() const { return impl_->f32_base; }
 Tensor& ResNet::compute_param_slab() { return impl_->param_lp; }
 Tensor& ResNet::compute_grad_slab() { return impl_->grad_lp; }
+std::vector<std::pair<int64_t, int64_t>> ResNet::mirrored_ranges() const {
+  const Impl& m = *impl_;
+  if (!m.mirror || m.pure) return {};
+  return m.mirrored_ranges;
+}
+void ResNet::set_grads_in_compute_slab(bool on) { impl_->grads_stay_lp = on; }
+bool ResNet::grads_in_compute_slab() const { return impl_->grads_only_lp(); }
 std::vector<std::pair<int64_t, int64_t>> ResNet::half_ranges() const {
   return impl_->pure ? impl_->mirrored_ranges : std::vector<std::pair<int64_t, int64_t>>{};
 }

@@ -102,6 +102,11 @@ struct ResNet::Impl {
   Tensor param_lp, grad_lp;
   /// The conv/fc parameters as maximal contiguous [begin, end) element ranges of the slabs.
   std::vector<std::pair<int64_t, int64_t>> mirrored_ranges;
+  /// ResNet::set_grads_in_compute_slab: backward skips the conversion into grad_slab.
+  bool grads_stay_lp = false;
+  /// Whether backward leaves the conv/fc gradients in grad_lp only (mirror, not pure, no
+  /// grad-ready hook, grads_stay_lp).
+  bool grads_only_lp() const { return mirror && !pure && !ready_hook && grads_stay_lp; }
   // ---- QAT (opt.qat; src/model/qat.h) ----
   std::vector<qat::ActQuantizer> quantizers;
   std::vector<int> quant_of_step;  ///< step index -> quantizer of its output, or -1

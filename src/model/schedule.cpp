@@ -509,8 +509,10 @@ void ResNet::Impl::walk_backward(bool execute, const Tensor* dlogits) {
     }
   }
   // AMP without a grad-ready hook: the conv/fc gradients reach the f32 slab in one conversion
-  // per contiguous range (2 for ResNet) instead of one per parameter.
-  if (execute && mirror && !pure && !ready_hook) convert_ranges(grad_lp, grad_slab);
+  // per contiguous range (2 for ResNet) instead of one per parameter, unless the optimiser
+  // reads them in the compute slab (ResNet::set_grads_in_compute_slab).
+  if (execute && mirror && !pure && !ready_hook && !grads_only_lp())
+    convert_ranges(grad_lp, grad_slab);
   if (!execute) {
     num_grad_slots = pool.high_water();
     ready_order = std::move(order);

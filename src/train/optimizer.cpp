@@ -47,6 +47,24 @@ void SgdOptimizer::update(const SgdParams& proto, bool zero_grads) {
     be_.sgd_update(p, params, g, momentum);
   };
   Tensor& w32 = model_.param_slab();
+  if (model_.grads_in_compute_slab()) {
+    // CPU AMP (ResNet::set_grads_in_compute_slab): the conv/fc gradients are read where
+    // backward wrote them, in bf16; the others (BatchNorm) in the f32 slab. One pass per range,
+    // each writing its part of the compute copy.
+    Tensor& cc = model_.compute_param_slab();
+    auto piece = [&](int64_t a, int64_t b, const Tensor& grads) {
+      if (b > a)
+        run(a, w32.slice0(a, b), grads.slice0(a, b), momentum_.slice0(a, b), cc.slice0(a, b));
+    };
+    int64_t at = 0;
+    for (const auto& [a, b] : model_.mirrored_ranges()) {
+      piece(at, a, model_.grad_slab());
+      piece(a, b, model_.compute_grad_slab());
+      at = b;
+    }
+    piece(at, w32.numel(), model_.grad_slab());
+    return;
+  }
   const int64_t base = model_.master_offset();
   const auto halves = model_.half_ranges();
   // AMP: the f32 master slab writes the whole compute copy in the same pass.

@@ -4,7 +4,9 @@
 //
 // One fused backend pass per step (Backend::sgd_update) updates the f32 master weights and the
 // momentum, applies the optional mask (2:4 sparsity: masked weights and their momentum held at
-// zero) and writes the model's AMP compute copy. The step reads its lr, 1/loss scale and
+// zero) and writes the model's AMP compute copy. When the model leaves the conv/fc gradients in
+// its bf16 compute slab (ResNet::grads_in_compute_slab: CPU AMP, set by TrainStep), one pass per
+// contiguous range reads each gradient where it is. The step reads its lr, 1/loss scale and
 // overflow flag from the device step state (StepState), so it can be recorded in a CUDA graph;
 // an overflowing AMP step leaves everything untouched.
 //

@@ -16,6 +16,12 @@ TrainStep::TrainStep(Backend& backend, ResNet& model, InputStage& input, SgdOpti
   // next step may overwrite the value at once (pinned memory would be read when the copy runs).
   lr_host_ = Tensor::empty({2}, DType::f32);
   set_loss_scale(opt_.loss_scaling ? opt_.initial_loss_scale : 1.f, 0.f);
+  // CPU AMP bf16 (no loss scaling: nothing checks the f32 gradients): SGD reads the conv/fc
+  // gradients in the bf16 slab backward wrote, unconverted (Backend::sgd_takes_bf16_grads).
+  const Tensor& lp = model_.compute_grad_slab();
+  if (!opt_.loss_scaling && lp.defined() && lp.dtype() == DType::bf16 &&
+      be_.sgd_takes_bf16_grads())
+    model_.set_grads_in_compute_slab(true);
   if (opt_.bucketer) {
     // Parameter index -> its position in the ready order (the bucketer's numbering).
     std::vector<int> pos(model_.params().size(), -1);
@@ -27,6 +33,7 @@ TrainStep::TrainStep(Backend& backend, ResNet& model, InputStage& input, SgdOpti
 }
 
 TrainStep::~TrainStep() {
+  model_.set_grads_in_compute_slab(false);
   if (opt_.bucketer) model_.set_grad_ready_hook({});
 }
 

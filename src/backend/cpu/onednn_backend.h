@@ -181,6 +181,8 @@ class OnednnBackend final : public Backend {
 
   void sgd_update(const SgdParams& p, Tensor& params, const Tensor& grads,
                   Tensor& momentum_buf) override;
+  /// True: sgd_update's f32 slabs take bf16 gradients too (src/backend/cpu/sgd.cpp).
+  bool sgd_takes_bf16_grads() const override;
   void check_finite(const Tensor& x, Tensor& state) override;
   void update_loss_scale(const LossScaleParams& p, Tensor& state) override;
 
