@@ -116,12 +116,14 @@ const ParityCase kCases[] = {
      kStrict},
     {"bottleneck1111", "bottleneck:1,1,1,1", {"bottleneck1111", true, {1, 1, 1, 1}}, 10, 4, 64, 22,
      0.001, 3, 8, kStrict},
-    // Two blocks per stage adds the identity-shortcut bottleneck blocks. Its float64 ref backend
-    // matches torch's float64 gradients to 4e-6, but a join ReLU input at 2.5e-7 of its max-abs
-    // makes float32 runs drift after the first update (step-3 loss off by 5e-2 on ref too), so:
-    // one SGD step, and gradient bounds between kStrict and kChaotic.
-    {"bottleneck2222", "bottleneck:2,2,2,2", {"bottleneck2222", true, {2, 2, 2, 2}}, 10, 4, 64, 44,
-     0.001, 1, 8, {1e-4, 1e-4, 5e-3, 5e-2, 2e-3, 1e-3}},
+    // Two blocks per stage adds the identity-shortcut bottleneck blocks. Input draw: seed 47,
+    // whose smallest ReLU margin is 4.4e-7 of its max-abs; seed 44's (2.5e-7, a join ReLU) flipped
+    // on an AVX2-only CPU (oneDNN's jit:avx2 kernels: layer3.1.bn3.bias gradient max-rel 6.4e-2).
+    // With seed 47 ref and onednn agree to 3e-5 (gradients) on AVX2, hence kStrict; float32 runs
+    // still drift from the float64 golden after the second update (step-3 loss off by 1.6e-4 on
+    // ref, 7e-3 on onednn), so: one SGD step.
+    {"bottleneck2222", "bottleneck:2,2,2,2", {"bottleneck2222", true, {2, 2, 2, 2}}, 10, 4, 64, 47,
+     0.001, 1, 8, kStrict},
     {"resnet50", "resnet50", {"resnet50", true, {3, 4, 6, 3}}, 16, 4, 64, 33, 1e-4, 1, 0,
      kChaotic},
     // QAT (fake quantization, straight-through backward) against torch's float64 model with
