@@ -267,8 +267,9 @@ struct EngineOptions {
   bool profile = false;
   /// Every image's logits independent of the batch it runs in, bit for bit. The CPU engine then
   /// runs its 3x3 convolutions direct, not Winograd (src/backend/cpu/conv_algo.h), whose
-  /// blocking and so rounding follow the batch size. `rn50 serve` sets it, so that dynamic
-  /// batching never changes an answer. The GPU engine ignores it.
+  /// blocking and so rounding follow the batch size, and its fc as one 1-row product per image
+  /// (oneDNN's GEMM picks its kernel by the number of rows). `rn50 serve` sets it, so that
+  /// dynamic batching never changes an answer. The GPU engine ignores it.
   bool batch_invariant = false;
 };
 

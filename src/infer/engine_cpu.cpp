@@ -21,6 +21,10 @@
 // layout, between two reorder steps ("reorder activations (winograd)") through two buffers all
 // such convs share. Not while calibrating int8 (the observer reads NHWC destinations), nor
 // for a batch-invariant engine (EngineOptions::batch_invariant: rn50 serve).
+// Batch invariance: the direct convolutions, pooling and reorders compute each image alone
+// (checked on AVX-512 and AVX2 CPUs), but oneDNN's inner product is a GEMM whose kernel follows
+// the number of rows (on an AVX2-only EPYC, 1 row and 4 rows of the same image give other bits):
+// a batch-invariant engine runs the fc as one 1-row primitive per image.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -111,12 +115,12 @@ struct Plan {
 class CpuEngine final : public InferenceEngine {
  public:
   CpuEngine(InferenceProgram p, const std::string& precision, ValueObserver observer,
-            bool winograd)
+            bool batch_invariant)
       : prog_(std::move(p)),
         precision_(precision),
         act_(precision == "bf16" ? dt::bf16 : dt::f32),
         observer_(std::move(observer)),
-        winograd_(winograd),
+        batch_invariant_(batch_invariant),
         eng_(dnnl::engine::kind::cpu, 0),
         strm_(eng_) {
     RN50_CHECK(precision_ != "int8" || prog_.value_absmax.size() == prog_.producer.size(),
@@ -426,7 +430,7 @@ class CpuEngine final : public InferenceEngine {
           // Winograd (see the file comment): f32, 3x3, stride 1, pad 1, no residual sum, not
           // while calibrating (the observer reads each step's destination as NHWC).
           const bool try_wino = !q && act_ == dt::f32 && c.kernel == 3 && c.stride == 1 &&
-                                c.pad == 1 && nd.res < 0 && !observer_ && winograd_ &&
+                                c.pad == 1 && nd.res < 0 && !observer_ && !batch_invariant_ &&
                                 onednn::conv_winograd_allowed();
           const memory::desc wsrc(src.dims(), dt::f32, tag::any),
               wdst(dst.dims(), dt::f32, tag::any);
@@ -541,15 +545,16 @@ class CpuEngine final : public InferenceEngine {
         }
         case InferOp::Kind::fc: {
           const int64_t k = prog_.num_classes, c = op.weight.dim(1);
-          const memory::desc x2({n, c}, vdt[static_cast<size_t>(nd.in)], tag::nc),
-              y2({n, k}, dt::f32, tag::nc);
-          const memory::desc w_any({k, c}, vdt[static_cast<size_t>(nd.in)], tag::any),
-              b_md({k}, dt::f32, tag::x);
+          const dt xdt = vdt[static_cast<size_t>(nd.in)];
+          // Rows per primitive call: all n, or one (batch invariance, file comment).
+          const int64_t rows = batch_invariant_ ? 1 : n;
+          const memory::desc x2({rows, c}, xdt, tag::nc), y2({rows, k}, dt::f32, tag::nc);
+          const memory::desc w_any({k, c}, xdt, tag::any), b_md({k}, dt::f32, tag::x);
           dnnl::inner_product_forward::desc d(prop_kind::forward_inference, x2, w_any, b_md, y2);
           dnnl::inner_product_forward::primitive_desc pd(d, eng_);
           st.prim = dnnl::inner_product_forward(pd);
           st.op = &kFcOp;
-          st.flops = 2.0 * static_cast<double>(n * k * c);
+          st.flops = 2.0 * static_cast<double>(rows * k * c);
           const Tensor* fw = &op.weight;
           if (qat) {  // per output channel, src/core/fake_quant.h
             Tensor q = Tensor::empty(op.weight.shape(), DType::f32);
@@ -565,10 +570,18 @@ class CpuEngine final : public InferenceEngine {
           const memory w =
               pack(*fw, memory::desc({k, c}, dt::f32, tag::oi), pd.weights_desc(), {});
           const memory b(b_md, eng_, op.bias.data());
-          st.args = {{DNNL_ARG_SRC, memory(x2, eng_, ptr(nd.in))},
-                     {DNNL_ARG_WEIGHTS, w},
-                     {DNNL_ARG_BIAS, b},
-                     {DNNL_ARG_DST, memory(y2, eng_, ptr(nd.out))}};
+          // One step per `rows` images; all but the last pushed here, the last below.
+          const size_t x_row = static_cast<size_t>(c) * (xdt == dt::bf16 ? 2 : 4);
+          const size_t y_row = static_cast<size_t>(k) * sizeof(float);
+          auto* xp = reinterpret_cast<char*>(ptr(nd.in));
+          auto* yp = reinterpret_cast<char*>(ptr(nd.out));
+          for (int64_t r0 = 0; r0 < n; r0 += rows) {
+            st.args = {{DNNL_ARG_SRC, memory(x2, eng_, xp + static_cast<size_t>(r0) * x_row)},
+                       {DNNL_ARG_WEIGHTS, w},
+                       {DNNL_ARG_BIAS, b},
+                       {DNNL_ARG_DST, memory(y2, eng_, yp + static_cast<size_t>(r0) * y_row)}};
+            if (r0 + rows < n) plan->steps.push_back(st);
+          }
           plan->packed.push_back(w);
           plan->packed.push_back(b);
           plan->logits = ptr(nd.out);
@@ -608,7 +621,8 @@ class CpuEngine final : public InferenceEngine {
   dt act_;  ///< float activations and conv/fc weights: f32, or bf16 (bias, accumulation, logits
             ///< f32)
   ValueObserver observer_;
-  bool winograd_;  ///< Winograd 3x3 convs allowed (not under EngineOptions::batch_invariant)
+  /// EngineOptions::batch_invariant: no Winograd, the fc image by image (file comment).
+  bool batch_invariant_;
   dnnl::engine eng_;
   dnnl::stream strm_;
   std::mutex mu_;
@@ -619,9 +633,10 @@ class CpuEngine final : public InferenceEngine {
 
 std::unique_ptr<InferenceEngine> make_cpu_engine(InferenceProgram program,
                                                  const std::string& precision,
-                                                 ValueObserver observer, bool winograd) {
+                                                 ValueObserver observer,
+                                                 bool batch_invariant) {
   return std::make_unique<CpuEngine>(std::move(program), precision, std::move(observer),
-                                     winograd);
+                                     batch_invariant);
 }
 
 }  // namespace rn50
