@@ -40,6 +40,26 @@ InferenceProgram calibrated(InferenceProgram p, const std::string& method,
   return p;
 }
 
+// Without VNNI oneDNN adds u8 x s8 products pairwise in saturating 16-bit sums: the calibrated
+// engine then quantizes weights to 7 bits (2 x 255 x 63 < 32768), QAT's grid keeps 8 (its codes
+// stop at 127). The probe agrees with the instruction set oneDNN reports.
+TEST(Int8Rules, SevenBitWeightsExactlyWhereTheSumsSaturate) {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  auto has = [isa](dnnl::cpu_isa i) {
+    return (isa & static_cast<unsigned>(i)) == static_cast<unsigned>(i);
+  };
+  const bool vnni = has(dnnl::cpu_isa::avx512_core_vnni) || has(dnnl::cpu_isa::avx2_vnni);
+  EXPECT_EQ(quant::int8_sums_saturate(), !vnni);
+  EXPECT_EQ(quant::weight_code_max(true), 127.f);
+  EXPECT_EQ(quant::weight_code_max(false), vnni ? 127.f : 63.f);
+  Tensor w = Tensor::empty({2, 3}, DType::f32);
+  const float v[] = {-6.3f, 1.f, 2.f, 0.f, 0.f, 0.f};
+  std::memcpy(w.data(), v, sizeof(v));
+  const std::vector<float> s = quant::weight_scales(w, 63.f);
+  EXPECT_FLOAT_EQ(s[0], 0.1f);
+  EXPECT_EQ(s[1], 1.f);  // an all-zero channel
+}
+
 TEST(InferInt8, QuantizationMatchesNumpyBitForBit) {
   RN50_REQUIRE_OR_SKIP("torch", python_has("numpy"),
                        "no numpy in the test python (RN50_TEST_PYTHON, default /usr/bin/python3)");

@@ -131,7 +131,8 @@ Tensor fake_quant_reference(InferenceProgram p, Tensor x) {
                                    op.kind != InferOp::Kind::global_avgpool);
     if (!quantized_weight) continue;
     op.weight = op.weight.clone();
-    const std::vector<float> ws = quant::weight_scales(op.weight);
+    const std::vector<float> ws =
+        quant::weight_scales(op.weight, quant::weight_code_max(p.qat_ranges));
     const int64_t per = op.weight.numel() / op.weight.dim(0);
     float* w = op.weight.data_as<float>();
     for (int64_t i = 0; i < op.weight.numel(); ++i) {

@@ -104,7 +104,7 @@ struct Plan {
   std::vector<std::vector<float>> buffers;
   std::vector<Step> steps;
   std::vector<memory> packed;              ///< packed conv/fc weights, kept alive
-  std::vector<Tensor> owned;               ///< QAT: the fc's fake-quantized weights
+  std::vector<Tensor> owned;               ///< QAT: fake-quantized f32 weights (fc, stem)
   std::vector<std::vector<float>> biases;  ///< int8: biases in accumulator units
   memory input;                            ///< the network input buffer, nhwc
   /// The user's f32 input (NCHW [0] or NHWC [1]) into `input`, built on first use.
@@ -277,6 +277,7 @@ class CpuEngine final : public InferenceEngine {
       std::array<int64_t, 3> o{};
       Node nd{static_cast<int>(i), op.input, -1, op.output};
       const auto out = static_cast<size_t>(op.output);
+      bool stem_f32 = false;  // QAT's stem in f32 (below)
       switch (op.kind) {
         case InferOp::Kind::conv: {
           o = {op.conv.out_channels,
@@ -284,8 +285,15 @@ class CpuEngine final : public InferenceEngine {
                out_size(in_shape[2], op.conv.kernel, op.conv.stride, op.conv.pad)};
           nonneg[out] = op.relu;
           // The stem conv reads the f32 image: INT8 only with QAT ranges (training quantized
-          // the image with a learnt range; calibration keeps the stem in f32).
-          if (int8 && (op.input != 0 || qat)) {
+          // the image with a learnt range; calibration keeps the stem in f32). Where oneDNN
+          // would halve an s8-source conv's weights (quant::int8_sums_saturate), QAT's stem
+          // runs in f32 on the image's and the weights' grid, then quantizes its output.
+          stem_f32 = int8 && qat && op.input == 0 && op.relu && quant::int8_sums_saturate();
+          if (stem_f32) {
+            nd.in = as(as(op.input, dt::s8), dt::f32);
+            vdt[out] = dt::u8;
+            scale[out] = quant::activation_scale(absmax_of(out, op.name), true, true);
+          } else if (int8 && (op.input != 0 || qat)) {
             nd.in = as(op.input, dt::s8);
             if (op.residual >= 0) nd.res = as(op.residual, dt::s8);
             vdt[out] = op.relu ? dt::u8 : dt::s8;
@@ -322,7 +330,15 @@ class CpuEngine final : public InferenceEngine {
                  "inference: a {}x{} input is too small for {} (at '{}'); use a larger crop", h, w,
                  prog_.arch, op.name);
       shape[out] = o;
-      nodes.push_back(nd);
+      if (stem_f32) {  // conv -> f32, quantized into s8 (codes stop at 127) -> u8
+        nd.out = add_value(op.output, dt::f32, 1.f);
+        nodes.push_back(nd);
+        const int s8 = add_value(op.output, dt::s8, scale[out]);
+        nodes.push_back({-1, nd.out, -1, s8});
+        nodes.push_back({-1, s8, -1, op.output});
+      } else {
+        nodes.push_back(nd);
+      }
     }
     // The last node reading each value.
     std::vector<int> last_read(shape.size(), -1);
@@ -446,7 +462,7 @@ class CpuEngine final : public InferenceEngine {
           std::vector<float> w_scale;  // int8: per output channel, real W = q * w_scale[k]
           const float* bias = op.bias.data_as<const float>();
           if (q) {
-            w_scale = quant::weight_scales(op.weight);
+            w_scale = quant::weight_scales(op.weight, quant::weight_code_max(qat));
             // dst = oscale[k] * (acc + bias'[k]) (+ sum) then ReLU, with acc in units of
             // s_in * w_scale[k]: bias' = b / (s_in w_scale[k]), oscale = s_in w_scale[k] / s_out.
             std::vector<float> os(w_scale.size());
@@ -488,8 +504,10 @@ class CpuEngine final : public InferenceEngine {
           const auto& oshape = shape[static_cast<size_t>(nd.out)];
           st.flops = 2.0 * static_cast<double>(n * oshape[0] * oshape[1] * oshape[2]) *
                      static_cast<double>(c.in_channels * c.kernel * c.kernel);
+          // An f32 conv of a QAT engine (the stem, above) computes with its trained weights.
+          const Tensor cw = qat && !q ? fake_quantized(op.weight, *plan) : op.weight;
           const memory w =
-              pack(op.weight, memory::desc(wd, dt::f32, tag::oihw), pd.weights_desc(), w_scale);
+              pack(cw, memory::desc(wd, dt::f32, tag::oihw), pd.weights_desc(), w_scale);
           const memory b(b_md, eng_, const_cast<float*>(bias));
           st.args = {{DNNL_ARG_SRC, src_m},
                      {DNNL_ARG_WEIGHTS, w},
@@ -555,20 +573,9 @@ class CpuEngine final : public InferenceEngine {
           st.prim = dnnl::inner_product_forward(pd);
           st.op = &kFcOp;
           st.flops = 2.0 * static_cast<double>(rows * k * c);
-          const Tensor* fw = &op.weight;
-          if (qat) {  // per output channel, src/core/fake_quant.h
-            Tensor q = Tensor::empty(op.weight.shape(), DType::f32);
-            const float* src = op.weight.data_as<const float>();
-            float* dst = q.data_as<float>();
-            for (int64_t r = 0; r < k; ++r) {
-              const fake_quant::Grid<float> g(fake_quant::absmax_of(src + r * c, c));
-              for (int64_t i = 0; i < c; ++i) dst[r * c + i] = g(src[r * c + i]);
-            }
-            plan->owned.push_back(q);
-            fw = &plan->owned.back();
-          }
+          const Tensor fw = qat ? fake_quantized(op.weight, *plan) : op.weight;
           const memory w =
-              pack(*fw, memory::desc({k, c}, dt::f32, tag::oi), pd.weights_desc(), {});
+              pack(fw, memory::desc({k, c}, dt::f32, tag::oi), pd.weights_desc(), {});
           const memory b(b_md, eng_, op.bias.data());
           // One step per `rows` images; all but the last pushed here, the last below.
           const size_t x_row = static_cast<size_t>(c) * (xdt == dt::bf16 ? 2 : 4);
@@ -614,6 +621,21 @@ class CpuEngine final : public InferenceEngine {
         w_scale.empty() ? dnnl::primitive_attr() : quant::quantize_attr(w_scale, 1 << 0);
     dnnl::reorder(dnnl::reorder::primitive_desc(eng_, user, eng_, want, attr)).execute(strm_, u, m);
     return m;
+  }
+
+  /// `w` (K, ...) on QAT's weight grid, per output channel (src/core/fake_quant.h), in a
+  /// tensor the plan owns.
+  static Tensor fake_quantized(const Tensor& w, Plan& plan) {
+    const int64_t k = w.dim(0), c = w.numel() / k;
+    Tensor q = Tensor::empty(w.shape(), DType::f32);
+    const float* src = w.data_as<const float>();
+    float* dst = q.data_as<float>();
+    for (int64_t r = 0; r < k; ++r) {
+      const fake_quant::Grid<float> g(fake_quant::absmax_of(src + r * c, c));
+      for (int64_t i = 0; i < c; ++i) dst[r * c + i] = g(src[r * c + i]);
+    }
+    plan.owned.push_back(q);
+    return q;
   }
 
   InferenceProgram prog_;

@@ -8,17 +8,36 @@
 
 namespace rn50::quant {
 
-std::vector<float> weight_scales(const Tensor& w) {
+std::vector<float> weight_scales(const Tensor& w, float code_max) {
   const int64_t k = w.dim(0), per = w.numel() / k;
   const float* p = w.data_as<const float>();
   std::vector<float> s(static_cast<size_t>(k));
   for (int64_t o = 0; o < k; ++o) {
     float m = 0;
     for (int64_t i = 0; i < per; ++i) m = std::max(m, std::fabs(p[o * per + i]));
-    s[static_cast<size_t>(o)] = m > 0 ? m / 127.f : 1.f;
+    s[static_cast<size_t>(o)] = m > 0 ? m / code_max : 1.f;
   }
   return s;
 }
+
+bool int8_sums_saturate() {
+  static const bool saturate = [] {
+    using dnnl::memory;
+    const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+    const memory::desc x({1, 8, 8, 8}, memory::data_type::s8, memory::format_tag::nhwc),
+        w({8, 8, 3, 3}, memory::data_type::s8, memory::format_tag::any),
+        y({1, 8, 8, 8}, memory::data_type::s8, memory::format_tag::nhwc);
+    const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
+                                            dnnl::algorithm::convolution_direct, x, w, y, {1, 1},
+                                            {1, 1}, {1, 1});
+    const dnnl::convolution_forward::primitive_desc pd(d, eng);
+    return (pd.weights_desc().data.extra.flags & dnnl_memory_extra_flag_scale_adjust) != 0 &&
+           pd.weights_desc().data.extra.scale_adjust != 1.f;
+  }();
+  return saturate;
+}
+
+float weight_code_max(bool qat_grid) { return qat_grid || !int8_sums_saturate() ? 127.f : 63.f; }
 
 float activation_scale(float absmax, bool is_unsigned, bool qat_grid) {
   const float a = absmax > 0 && std::isfinite(absmax) ? absmax : 1.f;
