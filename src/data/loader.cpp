@@ -17,8 +17,6 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -26,6 +24,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/fileio.h"
 #include "data/batch_buffer.h"
 #include "data/decode.h"
 #include "data/rng.h"
@@ -339,14 +338,16 @@ class SampleSource final : public DataSource {
     if (bad <= max_bad_) return;
     std::string where = "not written (no bad-files path was given)";
     if (!opt_.bad_files_path.empty()) {
-      const std::filesystem::path parent = std::filesystem::path(opt_.bad_files_path).parent_path();
-      std::error_code ec;
-      if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-      std::ofstream f(opt_.bad_files_path);
-      for (const std::string& line : bad_list_locked()) f << line << '\n';
-      f.close();
-      where = f ? fmt::format("listed in '{}'", opt_.bad_files_path)
-                : fmt::format("could not be written to '{}'", opt_.bad_files_path);
+      // Atomically (a temporary file renamed over it): another worker passing the limit too
+      // rewrites the list while the trainer may already be reading the first one's.
+      std::string text;
+      for (const std::string& line : bad_list_locked()) text += line + '\n';
+      try {
+        write_file_atomic(opt_.bad_files_path, text);
+        where = fmt::format("listed in '{}'", opt_.bad_files_path);
+      } catch (const Error& e) {
+        where = fmt::format("not listed ({})", e.what());
+      }
     }
     RN50_FAIL(
         "too many undecodable images: {} in this epoch so far, more than max-bad-fraction "
