@@ -128,10 +128,12 @@ constexpr KxK kKxK[] = {{3, 64, 7, 2, 3, 224},   {64, 64, 3, 1, 1, 56},   {128, 
                         {128, 128, 3, 1, 1, 28}, {256, 256, 3, 2, 1, 28}, {256, 256, 3, 1, 1, 14},
                         {512, 512, 3, 2, 1, 14}, {512, 512, 3, 1, 1, 7}};
 
-void BM_ConvBwdWeightsBf16(benchmark::State& state) {
+/// The weight gradient of kKxK[range(1)], direct (range(0) = 0) or im2col + matmuls (1), in
+/// f32 or bf16 (`dt`).
+void conv_bwd_weights(benchmark::State& state, DType dt) {
   std::unique_ptr<Backend> holder = make_backend("onednn");
   auto& be = dynamic_cast<onednn::OnednnBackend&>(*holder);
-  if (!onednn::OnednnBackend::bf16_available()) {
+  if (dt == DType::bf16 && !onednn::OnednnBackend::bf16_available()) {
     state.SkipWithError("no bf16 on this CPU");
     return;
   }
@@ -139,14 +141,15 @@ void BM_ConvBwdWeightsBf16(benchmark::State& state) {
   onednn::set_conv_algo(state.range(0) ? onednn::ConvAlgo::matmul : onednn::ConvAlgo::direct);
   std::mt19937 rng(1);
   const int64_t N = 32, OH = (s.H + 2 * s.pad - s.R) / s.stride + 1;
-  auto bf16 = [&](const Tensor& f) {
-    Tensor t = Tensor::empty(f.shape(), DType::bf16, f.layout());
+  auto as_dt = [&](const Tensor& f) {
+    if (dt == DType::f32) return f;
+    Tensor t = Tensor::empty(f.shape(), dt, f.layout());
     be.copy(f, t);
     return t;
   };
-  const Tensor x = bf16(random_tensor({N, s.C, s.H, s.H}, rng, Layout::NHWC));
-  const Tensor dy = bf16(random_tensor({N, s.K, OH, OH}, rng, Layout::NHWC));
-  Tensor dw = Tensor::empty({s.K, s.C, s.R, s.R}, DType::bf16);
+  const Tensor x = as_dt(random_tensor({N, s.C, s.H, s.H}, rng, Layout::NHWC));
+  const Tensor dy = as_dt(random_tensor({N, s.K, OH, OH}, rng, Layout::NHWC));
+  Tensor dw = Tensor::empty({s.K, s.C, s.R, s.R}, dt);
   const Conv2dParams p{static_cast<int>(s.stride), static_cast<int>(s.pad)};
   be.conv2d_bwd_weights(p, x, dy, dw);  // primitive creation
   for (auto _ : state) {
@@ -158,7 +161,13 @@ void BM_ConvBwdWeightsBf16(benchmark::State& state) {
       2.0 * N * s.K * s.C * s.R * s.R * OH * OH, benchmark::Counter::kIsIterationInvariantRate,
       benchmark::Counter::kIs1000);
 }
+void BM_ConvBwdWeightsBf16(benchmark::State& state) { conv_bwd_weights(state, DType::bf16); }
+void BM_ConvBwdWeightsF32(benchmark::State& state) { conv_bwd_weights(state, DType::f32); }
 BENCHMARK(BM_ConvBwdWeightsBf16)
+    ->ArgNames({"im2col", "shape"})
+    ->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7}})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ConvBwdWeightsF32)
     ->ArgNames({"im2col", "shape"})
     ->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7}})
     ->Unit(benchmark::kMillisecond);

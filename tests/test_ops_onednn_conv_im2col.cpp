@@ -147,7 +147,12 @@ TEST(ConvIm2colPolicy, WhichWeightGradientsRunAsIm2col) {
     EXPECT_EQ(onednn::conv_bwd_weights_as_im2col(s2, x28, w3b, dys2), has_amx)
         << "stride 2 to 14x14";
     EXPECT_FALSE(onednn::conv_bwd_weights_as_im2col(s1, x28, w3b, dy28)) << "28x28 stays direct";
-    EXPECT_FALSE(onednn::conv_bwd_weights_as_im2col(s1, xf, wf, dyf)) << "f32 stays direct";
+    // f32: im2col on CPUs without AVX-512 (every shape), Winograd / direct with it.
+    const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    const bool has_avx512 =
+        (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & avx512) == avx512;
+    EXPECT_EQ(onednn::conv_bwd_weights_as_im2col(s1, xf, wf, dyf), !has_avx512) << "f32";
+    EXPECT_FALSE(onednn::conv_bwd_weights_as_im2col({1, 0}, xf, w1, dyf)) << "f32 1x1";
   }
 }
 

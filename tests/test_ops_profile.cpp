@@ -258,10 +258,17 @@ TEST(ProfilingBackend, SameResultsOpsAndFlopsCounted) {
   EXPECT_DOUBLE_EQ(reorder->bytes, 2.0 * x.nbytes());
   // oneDNN keeps f32 conv weights in a blocked layout on AVX-512 and AVX2 CPUs: the reorders
   // into it (and of the weight gradient out of it) are rows of their own.
+  // The weight gradient comes out of oneDNN's direct conv through such a reorder, or (f32 on
+  // CPUs without AVX-512, src/backend/cpu/conv_algo.h) from im2col + matmuls, whose im2col is
+  // a row of its own.
   if (row(rows, "reorder conv weights (fwd)")) {
     EXPECT_EQ(row(rows, "reorder conv weights (fwd)")->calls, 1);
     EXPECT_EQ(row(rows, "reorder conv weights (bwd_data)")->calls, 1);
-    EXPECT_EQ(row(rows, "reorder conv dweights (bwd_weights)")->calls, 1);
+    const OpProfiler::Row* dwre = row(rows, "reorder conv dweights (bwd_weights)");
+    const OpProfiler::Row* im2col = row(rows, "im2col activations (conv bwd_weights)");
+    ASSERT_TRUE(dwre != nullptr || im2col != nullptr);
+    if (dwre != nullptr) EXPECT_EQ(dwre->calls, 1);
+    if (im2col != nullptr) EXPECT_GE(im2col->calls, 1);
   }
   // Outside an active profiler the decorator times nothing.
   const size_t n = rows.size();

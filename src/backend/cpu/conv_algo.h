@@ -17,7 +17,9 @@ namespace rn50::onednn {
 ///    step, oneDNN 2.6's AMX direct kernels for them reach 75-500 GFLOP/s, its AMX matmul
 ///    290-590; the forward stays direct, whose brgconv_1x1 kernel beats the matmul in the step;
 ///    conv_matmul.cpp), and the bf16 weight gradient of KxK convs with outputs of 14x14 pixels
-///    or fewer as im2col + matmuls on AMX CPUs (1.5-4x the direct kernel; conv_im2col.cpp).
+///    or fewer as im2col + matmuls on AMX CPUs (1.5-4x the direct kernel; conv_im2col.cpp), and
+///    the f32 weight gradient of every KxK NHWC conv as im2col + matmuls on CPUs without
+///    AVX-512 (1.3-2.1x oneDNN's jit:avx2 kernel at ResNet-50's shapes; no Winograd there).
 ///  * direct: neither (every conv is oneDNN's direct convolution; the torchvision parity test).
 ///  * matmul: as auto, and 1x1 NHWC convs as matmuls in all three directions, and every KxK
 ///    NHWC conv's weight gradient as im2col + matmuls, in f32 and bf16 on every CPU (the tests
@@ -50,7 +52,8 @@ struct ConvShapeInfo {
 /// Whether the weight gradient of a KxK convolution (R x S above 1 x 1) with NHWC activations
 /// of dtype `dt` runs as im2col + matmuls (conv_im2col.cpp) under conv_algo(): always with
 /// `matmul` (f32, bf16); with `automatic` for bf16 on CPUs with AMX at the shapes where it was
-/// measured faster than oneDNN's direct kernel (see the definition); never with `direct`.
+/// measured faster than oneDNN's direct kernel, and for f32 on CPUs without AVX-512 (see the
+/// definition); never with `direct`.
 bool conv_im2col_allowed(DType dt, const ConvShapeInfo& s);
 
 /// Whether direction `dir` of a 1x1 pad-0 convolution (any stride) with NHWC activations of

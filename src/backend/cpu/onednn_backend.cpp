@@ -241,6 +241,14 @@ bool cpu_has_amx() {
   }();
   return amx;
 }
+/// Whether oneDNN dispatches to AVX-512 kernels (avx512_core or above) on this CPU.
+bool cpu_has_avx512() {
+  static const bool avx512 = [] {
+    const auto isa = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & isa) == isa;
+  }();
+  return avx512;
+}
 }  // namespace
 
 bool conv1x1_matmul_allowed(DType dt, ConvDir dir) {
@@ -264,6 +272,12 @@ bool conv_im2col_allowed(DType dt, const ConvShapeInfo& s) {
   // 14x14 1.5-1.8x, 512->512 stride 2 to 7x7 2.8-4.2x, stride 1 at 7x7 2.4-2.9x; at 28x28 outputs
   // 0.9-1.2x, at 28x28 and 56x56 stride 1 0.4-0.6x (the direct kernel reaches 450-550 GFLOP/s
   // there), the stem 0.9-1.0x. So: outputs of 14x14 or fewer pixels.
+  // f32 on CPUs without AVX-512 (oneDNN's jit:avx2 direct kernel; no Winograd there):
+  // BM_ConvBwdWeightsF32, medians of 3, 2-core AVX2-only EPYC, direct / im2col ms: stem
+  // 153 / 108, 64->64 at 56x56 146 / 79, 128 stride 2 148 / 69, 128 at 28x28 101 / 69, 256
+  // stride 2 121 / 75, 256 at 14x14 100 / 75, 512 stride 2 156 / 74, 512 at 7x7 118 / 66: every
+  // shape (1.3-2.1x). With AVX-512, f32 keeps Winograd / direct.
+  if (dt == DType::f32) return !cpu_has_avx512();
   if (dt != DType::bf16 || !cpu_has_amx()) return false;
   return s.out_pixels <= 14 * 14;
 }
