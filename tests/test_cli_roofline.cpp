@@ -228,7 +228,7 @@ TEST(CliRoofline, BenchInferRooflineAndProfile) {
     ASSERT_NE(conv, nullptr) << p.dump();
     EXPECT_DOUBLE_EQ((*conv)["calls_per_step"].get<double>(), 20);
     EXPECT_GT((*conv)["gflops"].get<double>(), 0);
-    EXPECT_NE(op_row(p, "reorder input (f32 -> nhwc)"), nullptr);
+    EXPECT_NE(op_row(p, "reorder input (f32 -> engine layout)"), nullptr);
   }
   EXPECT_EQ(prof[1]["batch_size"], 2);
   expect_schema(report);

@@ -1,6 +1,7 @@
 // The CPU inference engine (rn50/inference.h): its logits equal the training graph's in eval
 // mode (reference backend, float64 accumulation) on random weights and BN statistics, for NCHW
-// and NHWC input and across batch sizes (plans and buffers reused); concurrent calls from
+// and NHWC input, NHWC and blocked activations, and across batch sizes (plans and buffers
+// reused); blocked activations are what oneDNN's convolutions get, and batch invariant; concurrent calls from
 // several threads on one engine give the same logits as one call; bad input and unsupported
 // options give clear errors.
 #include <gtest/gtest.h>
@@ -15,6 +16,8 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include "core/report.h"
 #include "core/stats.h"
@@ -51,8 +54,12 @@ struct Fixture {
     be->synchronize();
     return h;
   }
-  std::unique_ptr<InferenceEngine> engine() {
-    return make_inference_engine(fold_network(model->desc(), sd));
+  std::unique_ptr<InferenceEngine> engine(
+      CpuActivationLayout layout = CpuActivationLayout::automatic, bool batch_invariant = false) {
+    EngineOptions o;
+    o.cpu_activations = layout;
+    o.batch_invariant = batch_invariant;
+    return make_inference_engine(fold_network(model->desc(), sd), o);
   }
 };
 
@@ -71,18 +78,20 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
-class InferEngine : public ::testing::TestWithParam<const char*> {};
+class InferEngine
+    : public ::testing::TestWithParam<std::tuple<const char*, CpuActivationLayout>> {};
 
 TEST_P(InferEngine, LogitsEqualTheTrainingGraphInEvalMode) {
-  Fixture f(GetParam(), 9);
-  auto eng = f.engine();
+  const auto [arch, layout] = GetParam();
+  Fixture f(arch, 9);
+  auto eng = f.engine(layout);
   EXPECT_EQ(eng->num_classes(), 9);
   EXPECT_EQ(eng->precision(), "fp32");
   for (int64_t n : {3, 1, 3}) {  // a new shape, then the first shape's plan again
     const Tensor x = random_images(n, 64, 100 + n);
     const Tensor want = f.reference(x);
     const Tensor got = eng->run(x);
-    expect_close(got, want, 1e-4, std::string(GetParam()) + " batch " + std::to_string(n));
+    expect_close(got, want, 1e-4, std::string(arch) + " batch " + std::to_string(n));
     EXPECT_TRUE(same_bits(eng->run(x), got)) << "a second call on the same plan differs";
     expect_close(eng->run(x.to_layout(Layout::NHWC)), want, 1e-4, "NHWC input");
   }
@@ -123,7 +132,66 @@ TEST(InferEngineBf16, CloseToFp32ButNotEqual) {
   std::printf("resnet50 bf16 vs fp32 logits: relative L2 error %.4f\n", rel);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, InferEngine, ::testing::Values("resnet18", "resnet50"));
+INSTANTIATE_TEST_SUITE_P(ArchsLayouts, InferEngine,
+                         ::testing::Combine(::testing::Values("resnet18", "resnet50"),
+                                            ::testing::Values(CpuActivationLayout::nhwc,
+                                                              CpuActivationLayout::blocked)));
+
+/// oneDNN's verbose lines (level 2: creation and execution, with each argument's memory format)
+/// of `eng`'s first run on `x` (a new plan), captured from stdout.
+std::string onednn_log_of_first_run(InferenceEngine& eng, const Tensor& x) {
+  dnnl::set_verbose(2);
+  ::testing::internal::CaptureStdout();
+  eng.run(x);
+  std::fflush(stdout);
+  dnnl::set_verbose(0);
+  return ::testing::internal::GetCapturedStdout();
+}
+
+/// The lines of `log` that describe a convolution primitive.
+std::vector<std::string> conv_lines(const std::string& log) {
+  std::vector<std::string> out;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);)
+    if (line.find(",convolution,") != std::string::npos) out.push_back(line);
+  return out;
+}
+
+// Forced blocked activations: every conv but the stem reads and writes nChw8c (oneDNN's
+// aBcd8b), the stem reads the NCHW image (abcd); forced NHWC: every conv reads NHWC (acdb).
+// Both give the training graph's logits (above) and each other's within rounding, and the
+// blocked engine, batch invariant as rn50 serve's, gives each image alone the bits it gets in a
+// batch of 4.
+TEST(InferEngineLayouts, BlockedIsWhatTheConvsGetAndBatchInvariant) {
+  Fixture f("resnet50", 10);
+  auto nhwc = f.engine(CpuActivationLayout::nhwc, true);
+  auto blocked = f.engine(CpuActivationLayout::blocked, true);
+  const Tensor x = random_images(4, 64, 500);
+  const auto bl = conv_lines(onednn_log_of_first_run(*blocked, x));
+  const auto nl = conv_lines(onednn_log_of_first_run(*nhwc, x));
+  ASSERT_GE(bl.size(), 53u) << "oneDNN's verbose output shows no convolutions";
+  ASSERT_GE(nl.size(), 53u);
+  int blocked_src = 0, nchw_src = 0;
+  for (const std::string& l : bl) {
+    blocked_src += l.find("src_f32::blocked:aBcd8b") != std::string::npos;
+    nchw_src += l.find("src_f32::blocked:abcd") != std::string::npos;
+    EXPECT_EQ(l.find("dst_f32::blocked:acdb"), std::string::npos) << l;
+  }
+  EXPECT_GE(blocked_src, 52) << "convs reading nChw8c";
+  EXPECT_GE(nchw_src, 1) << "the stem reading the NCHW image";
+  for (const std::string& l : nl) EXPECT_NE(l.find("src_f32::blocked:acdb"), std::string::npos) << l;
+
+  const Tensor a = nhwc->run(x), b = blocked->run(x);
+  expect_close(b, a, 1e-4, "blocked vs NHWC");
+  const int64_t per = x.numel() / 4, k = b.dim(1);
+  for (int64_t i = 0; i < 4; ++i) {
+    Tensor one = Tensor::empty({1, 3, 64, 64}, DType::f32, Layout::NCHW);
+    std::memcpy(one.data_as<float>(), x.data_as<const float>() + i * per, per * sizeof(float));
+    const Tensor y = blocked->run(one);
+    EXPECT_EQ(std::memcmp(y.data(), b.data_as<const float>() + i * k, k * sizeof(float)), 0)
+        << "image " << i << " alone differs from its row in the batch";
+  }
+}
 
 /// Whether oneDNN implements Winograd f32 3x3 convolution on this CPU (it needs AVX-512).
 bool onednn_winograd_implemented() {

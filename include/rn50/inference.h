@@ -236,6 +236,16 @@ struct ExportConfig {
 /// format/precision not built yet.
 void run_export(const ExportConfig& cfg, std::ostream& out);
 
+/// The CPU engine's layout of its f32 activations between primitives (EngineOptions).
+///  * automatic: blocked on CPUs without AVX-512 (oneDNN's jit:avx2 convolutions run 15-45%
+///    faster on it than on NHWC at ResNet-50's shapes; src/backend/cpu/conv_algo.h), NHWC
+///    elsewhere;
+///  * nhwc: NHWC (N, H, W, C);
+///  * blocked: oneDNN's nChw8c (N, C/8, H, W, 8: channels in blocks of 8; a value whose channel
+///    count is not a multiple of 8 stays NHWC, the input image NCHW).
+/// bf16 and int8 engines and a calibrating engine always keep NHWC.
+enum class CpuActivationLayout { automatic, nhwc, blocked };
+
 /// Options of an inference engine.
 struct EngineOptions {
   /// "cpu" (the oneDNN engine); "cuda" / "cuda:N" / "auto" (--device: the GPU engine, every
@@ -271,10 +281,14 @@ struct EngineOptions {
   /// (oneDNN's GEMM picks its kernel by the number of rows). `rn50 serve` sets it, so that
   /// dynamic batching never changes an answer. The GPU engine ignores it.
   bool batch_invariant = false;
+  /// The CPU engine's f32 activation layout (CpuActivationLayout; tests force either). The GPU
+  /// engine ignores it.
+  CpuActivationLayout cpu_activations = CpuActivationLayout::automatic;
 };
 
 /// Runs an InferenceProgram forward only: weights pre-packed once in the layout the backend
-/// prefers, activations NHWC, no gradient or BatchNorm-statistics buffers. Primitives and
+/// prefers, activations NHWC (the CPU engine's f32 ones blocked where that is faster:
+/// CpuActivationLayout), no gradient or BatchNorm-statistics buffers. Primitives and
 /// activation buffers are built on the first call for an input shape and reused by later calls
 /// with that shape.
 ///

@@ -45,7 +45,8 @@ std::unique_ptr<InferenceEngine> make_inference_engine(InferenceProgram program,
              "inference: --precision {}: the CPU engine computes in fp32, bf16 or int8 (fp16 "
              "and tf32 are the GPU engine's)",
              p);
-  return make_cpu_engine(std::move(program), p, {}, opt.batch_invariant);
+  return make_cpu_engine(std::move(program), p, {}, opt.batch_invariant,
+                         opt.cpu_activations);
 }
 
 }  // namespace rn50

@@ -1,4 +1,4 @@
-// rn50 inference: the CPU engine (oneDNN, NHWC; fp32; bf16 activations and weights with f32
+// rn50 inference: the CPU engine (oneDNN, NHWC or blocked nChw8c; fp32; bf16 activations and weights with f32
 // bias, accumulation and logits; or int8 convolutions as in rn50/inference.h). Per input shape a
 // Plan holds one oneDNN primitive per program op (forward_inference), the activation buffers and
 // the weights packed in the layout each convolution chose (format_tag::any), built once:
@@ -21,6 +21,11 @@
 // layout, between two reorder steps ("reorder activations (winograd)") through two buffers all
 // such convs share. Not while calibrating int8 (the observer reads NHWC destinations), nor
 // for a batch-invariant engine (EngineOptions::batch_invariant: rn50 serve).
+// Activation layout (CpuActivationLayout, rn50/inference.h): NHWC, or for f32 where oneDNN's
+// convs run faster on it (CPUs without AVX-512) the blocked nChw8c, the input image then NCHW
+// (the stem's jit:avx2 kernel reads it) and every value whose channel count is a multiple of 8
+// nChw8c; the pooled (N, C, 1, 1) features are then the same bytes as NHWC, so the fc reads them
+// as (N, C) either way.
 // Batch invariance: the direct convolutions, pooling and reorders compute each image alone
 // (checked on AVX-512 and AVX2 CPUs), but oneDNN's inner product is a GEMM whose kernel follows
 // the number of rows (on an AVX2-only EPYC, 1 row and 4 rows of the same image give other bits):
@@ -55,7 +60,7 @@ using dt = memory::data_type;
 
 // The engine's ops in a profile (rn50/profile.h): each primitive of the plan, the input's load
 // and the logits' copy out.
-constexpr ProfileOp kLoadInput{"reorder input (f32 -> nhwc)", "reorder", "-"};
+constexpr ProfileOp kLoadInput{"reorder input (f32 -> engine layout)", "reorder", "-"};
 constexpr ProfileOp kConvOp{"conv fwd (bias, add, relu fused)", "conv", "fwd"};
 constexpr ProfileOp kMaxpoolOp{"maxpool fwd", "pool", "fwd"};
 constexpr ProfileOp kAvgpoolOp{"global avgpool fwd", "pool", "fwd"};
@@ -106,7 +111,7 @@ struct Plan {
   std::vector<memory> packed;              ///< packed conv/fc weights, kept alive
   std::vector<Tensor> owned;               ///< QAT: fake-quantized f32 weights (fc, stem)
   std::vector<std::vector<float>> biases;  ///< int8: biases in accumulator units
-  memory input;                            ///< the network input buffer, nhwc
+  memory input;  ///< the network input buffer, NHWC (NCHW with blocked activations)
   /// The user's f32 input (NCHW [0] or NHWC [1]) into `input`, built on first use.
   dnnl::reorder load_input[2];
   const float* logits = nullptr;
@@ -115,12 +120,16 @@ struct Plan {
 class CpuEngine final : public InferenceEngine {
  public:
   CpuEngine(InferenceProgram p, const std::string& precision, ValueObserver observer,
-            bool batch_invariant)
+            bool batch_invariant, CpuActivationLayout layout)
       : prog_(std::move(p)),
         precision_(precision),
         act_(precision == "bf16" ? dt::bf16 : dt::f32),
         observer_(std::move(observer)),
         batch_invariant_(batch_invariant),
+        blocked_(precision == "fp32" && !observer_ &&
+                 (layout == CpuActivationLayout::blocked ||
+                  (layout == CpuActivationLayout::automatic &&
+                   onednn::infer_blocked_activations_preferred()))),
         eng_(dnnl::engine::kind::cpu, 0),
         strm_(eng_) {
     RN50_CHECK(precision_ != "int8" || prog_.value_absmax.size() == prog_.producer.size(),
@@ -134,7 +143,7 @@ class CpuEngine final : public InferenceEngine {
     check_image_batch(x);
     std::lock_guard<std::mutex> lock(mu_);
     Plan& plan = plan_for(x.n(), x.h(), x.w());
-    // The input into the plan's nhwc buffer (a reorder from NCHW, a copy/conversion from NHWC).
+    // The input into the plan's buffer (a reorder or a copy/conversion).
     const bool nhwc = x.layout() == Layout::NHWC;
     memory user(memory::desc({x.n(), 3, x.h(), x.w()}, dt::f32, nhwc ? tag::nhwc : tag::nchw), eng_,
                 x.data());
@@ -404,7 +413,11 @@ class CpuEngine final : public InferenceEngine {
     };
     auto act_md = [&](int v) {
       const auto& s = shape[static_cast<size_t>(v)];
-      return memory::desc({n, s[0], s[1], s[2]}, vdt[static_cast<size_t>(v)], tag::nhwc);
+      const tag t = !blocked_      ? tag::nhwc
+                    : v == 0       ? tag::nchw
+                    : s[0] % 8 == 0 ? tag::nChw8c
+                                   : tag::nhwc;
+      return memory::desc({n, s[0], s[1], s[2]}, vdt[static_cast<size_t>(v)], t);
     };
     plan->input = memory(act_md(0), eng_, ptr(0));
     // Winograd convs' sources [0] and destinations [1] in the primitive's layout: two buffers
@@ -645,6 +658,8 @@ class CpuEngine final : public InferenceEngine {
   ValueObserver observer_;
   /// EngineOptions::batch_invariant: no Winograd, the fc image by image (file comment).
   bool batch_invariant_;
+  /// f32 activations in nChw8c (EngineOptions::cpu_activations; file comment).
+  bool blocked_;
   dnnl::engine eng_;
   dnnl::stream strm_;
   std::mutex mu_;
@@ -656,9 +671,10 @@ class CpuEngine final : public InferenceEngine {
 std::unique_ptr<InferenceEngine> make_cpu_engine(InferenceProgram program,
                                                  const std::string& precision,
                                                  ValueObserver observer,
-                                                 bool batch_invariant) {
+                                                 bool batch_invariant,
+                                                 CpuActivationLayout layout) {
   return std::make_unique<CpuEngine>(std::move(program), precision, std::move(observer),
-                                     batch_invariant);
+                                     batch_invariant, layout);
 }
 
 }  // namespace rn50

@@ -25,11 +25,11 @@ inline void check_image_batch(const Tensor& x) {
 /// oneDNN engine (engine_cpu.cpp); precision "fp32", "bf16" or "int8" (rn50/inference.h).
 /// With an observer (fp32 only), every value is handed to it as it is written. Winograd 3x3
 /// convolutions (fp32) only when conv_winograd_allowed() and not `batch_invariant`
-/// (EngineOptions::batch_invariant, which also runs the fc image by image).
-std::unique_ptr<InferenceEngine> make_cpu_engine(InferenceProgram program,
-                                                 const std::string& precision,
-                                                 ValueObserver observer = {},
-                                                 bool batch_invariant = false);
+/// (EngineOptions::batch_invariant, which also runs the fc image by image); f32 activations
+/// in `layout` (EngineOptions::cpu_activations; NHWC with an observer).
+std::unique_ptr<InferenceEngine> make_cpu_engine(
+    InferenceProgram program, const std::string& precision, ValueObserver observer = {},
+    bool batch_invariant = false, CpuActivationLayout layout = CpuActivationLayout::automatic);
 
 /// The program on a compute backend (engine_device.cpp): every conv one
 /// Backend::conv2d_bias_act_fwd (bias, residual and ReLU fused; cuDNN's

@@ -62,4 +62,10 @@ bool conv_im2col_allowed(DType dt, const ConvShapeInfo& s);
 /// `direct`.
 bool conv1x1_matmul_allowed(DType dt, ConvDir dir);
 
+/// Whether the CPU inference engine's f32 activations are best kept in oneDNN's blocked
+/// layout (nChw8c) rather than NHWC on this CPU (CpuActivationLayout::automatic): on CPUs
+/// without AVX-512 (see the definition for the measurement), not with AVX-512, where the NHWC
+/// engine was the one measured level with ONNX Runtime.
+bool infer_blocked_activations_preferred();
+
 }  // namespace rn50::onednn
