@@ -1,9 +1,9 @@
 // The CPU inference engine (rn50/inference.h): its logits equal the training graph's in eval
 // mode (reference backend, float64 accumulation) on random weights and BN statistics, for NCHW
 // and NHWC input, NHWC and blocked activations, and across batch sizes (plans and buffers
-// reused); blocked activations are what oneDNN's convolutions get, and batch invariant; concurrent calls from
-// several threads on one engine give the same logits as one call; bad input and unsupported
-// options give clear errors.
+// reused); blocked activations are what oneDNN's convolutions get, and batch invariant;
+// concurrent calls from several threads on one engine give the same logits as one call; bad
+// input and unsupported options give clear errors.
 #include <gtest/gtest.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -179,7 +179,8 @@ TEST(InferEngineLayouts, BlockedIsWhatTheConvsGetAndBatchInvariant) {
   }
   EXPECT_GE(blocked_src, 52) << "convs reading nChw8c";
   EXPECT_GE(nchw_src, 1) << "the stem reading the NCHW image";
-  for (const std::string& l : nl) EXPECT_NE(l.find("src_f32::blocked:acdb"), std::string::npos) << l;
+  for (const std::string& l : nl)
+    EXPECT_NE(l.find("src_f32::blocked:acdb"), std::string::npos) << l;
 
   const Tensor a = nhwc->run(x), b = blocked->run(x);
   expect_close(b, a, 1e-4, "blocked vs NHWC");

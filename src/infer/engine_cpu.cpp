@@ -1,7 +1,8 @@
-// rn50 inference: the CPU engine (oneDNN, NHWC or blocked nChw8c; fp32; bf16 activations and weights with f32
-// bias, accumulation and logits; or int8 convolutions as in rn50/inference.h). Per input shape a
-// Plan holds one oneDNN primitive per program op (forward_inference), the activation buffers and
-// the weights packed in the layout each convolution chose (format_tag::any), built once:
+// rn50 inference: the CPU engine (oneDNN, NHWC or blocked nChw8c; fp32; bf16 activations and
+// weights with f32 bias, accumulation and logits; or int8 convolutions as in rn50/inference.h).
+// Per input shape a Plan holds one oneDNN primitive per program op (forward_inference), the
+// activation buffers and the weights packed in the layout each convolution chose
+// (format_tag::any), built once:
 //   conv            convolution_forward with bias; post-ops: sum (the destination is the
 //                   residual's own buffer: the adding conv is the shortcut's last reader) then
 //                   eltwise_relu
@@ -413,10 +414,10 @@ class CpuEngine final : public InferenceEngine {
     };
     auto act_md = [&](int v) {
       const auto& s = shape[static_cast<size_t>(v)];
-      const tag t = !blocked_      ? tag::nhwc
-                    : v == 0       ? tag::nchw
-                    : s[0] % 8 == 0 ? tag::nChw8c
-                                   : tag::nhwc;
+      const tag t = !blocked_        ? tag::nhwc
+                    : v == 0         ? tag::nchw
+                    : s[0] % 8 == 0  ? tag::nChw8c
+                                     : tag::nhwc;
       return memory::desc({n, s[0], s[1], s[2]}, vdt[static_cast<size_t>(v)], t);
     };
     plan->input = memory(act_md(0), eng_, ptr(0));
