@@ -137,6 +137,21 @@ INSTANTIATE_TEST_SUITE_P(ArchsLayouts, InferEngine,
                                             ::testing::Values(CpuActivationLayout::nhwc,
                                                               CpuActivationLayout::blocked)));
 
+/// Batch invariance: each image of the NCHW batch `x` run alone through `eng` gives the bits
+/// of its row of `batch_logits` (eng's logits for the whole batch).
+void expect_each_image_alone_as_in_batch(InferenceEngine& eng, const Tensor& x,
+                                         const Tensor& batch_logits) {
+  const int64_t n = x.n(), per = x.numel() / n, k = batch_logits.dim(1);
+  for (int64_t i = 0; i < n; ++i) {
+    Tensor one = Tensor::empty({1, 3, x.h(), x.w()}, DType::f32, Layout::NCHW);
+    std::memcpy(one.data_as<float>(), x.data_as<const float>() + i * per, per * sizeof(float));
+    const Tensor y = eng.run(one);
+    EXPECT_EQ(
+        std::memcmp(y.data(), batch_logits.data_as<const float>() + i * k, k * sizeof(float)), 0)
+        << "image " << i << " alone differs from its row in the batch";
+  }
+}
+
 /// oneDNN's verbose lines (level 2: creation and execution, with each argument's memory format)
 /// of `eng`'s first run on `x` (a new plan), captured from stdout.
 std::string onednn_log_of_first_run(InferenceEngine& eng, const Tensor& x) {
@@ -184,14 +199,7 @@ TEST(InferEngineLayouts, BlockedIsWhatTheConvsGetAndBatchInvariant) {
 
   const Tensor a = nhwc->run(x), b = blocked->run(x);
   expect_close(b, a, 1e-4, "blocked vs NHWC");
-  const int64_t per = x.numel() / 4, k = b.dim(1);
-  for (int64_t i = 0; i < 4; ++i) {
-    Tensor one = Tensor::empty({1, 3, 64, 64}, DType::f32, Layout::NCHW);
-    std::memcpy(one.data_as<float>(), x.data_as<const float>() + i * per, per * sizeof(float));
-    const Tensor y = blocked->run(one);
-    EXPECT_EQ(std::memcmp(y.data(), b.data_as<const float>() + i * k, k * sizeof(float)), 0)
-        << "image " << i << " alone differs from its row in the batch";
-  }
+  expect_each_image_alone_as_in_batch(*blocked, x, b);
 }
 
 /// Whether oneDNN implements Winograd f32 3x3 convolution on this CPU (it needs AVX-512).
@@ -242,14 +250,7 @@ TEST(InferEngineWinograd, DefaultUsesItBatchInvariantDoesNot) {
   const Tensor a = wino->run(x), b = direct->run(x);
   expect_close(a, b, 1e-4, "Winograd vs direct");
   // Batch invariance: each image alone gives the same bits as in the batch of 4.
-  const int64_t per = x.numel() / 4, k = b.dim(1);
-  for (int64_t i = 0; i < 4; ++i) {
-    Tensor one = Tensor::empty({1, 3, 64, 64}, DType::f32, Layout::NCHW);
-    std::memcpy(one.data_as<float>(), x.data_as<const float>() + i * per, per * sizeof(float));
-    const Tensor y = direct->run(one);
-    EXPECT_EQ(std::memcmp(y.data(), b.data_as<const float>() + i * k, k * sizeof(float)), 0)
-        << "image " << i << " alone differs from its row in the batch";
-  }
+  expect_each_image_alone_as_in_batch(*direct, x, b);
 }
 
 TEST(InferEngineThreads, ConcurrentCallsOnOneEngineGiveTheSameLogits) {
