@@ -16,17 +16,23 @@
 //                                  (see kKxK); im2col 0 oneDNN's direct kernel, 1 im2col +
 //                                  matmuls (conv_im2col.cpp). What conv_im2col_allowed's
 //                                  shape list comes from.
+//   BM_Conv3x3InferF32/<wino>/<n>/<shape>  an inference 3x3 stride-1 conv of kKxK[shape] (1, 3,
+//                                  5, 7) at batch n, f32 nChw8c, bias + ReLU: wino 0 oneDNN's
+//                                  direct kernel, 1 our Winograd F(4x4, 3x3) (winograd_f43.h).
+//                                  What WinogradF43Conv::worthwhile's tile rule comes from.
 // Run: build/rn50_bench_micro [--benchmark_filter=Conv] [--benchmark_repetitions=5]
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/conv_algo.h"
 #include "backend/cpu/onednn_backend.h"
+#include "backend/cpu/winograd_f43.h"
 #include "data/decode.h"
 #include "data/rng.h"
 #include "data/sample.h"
@@ -170,6 +176,69 @@ BENCHMARK(BM_ConvBwdWeightsBf16)
 BENCHMARK(BM_ConvBwdWeightsF32)
     ->ArgNames({"im2col", "shape"})
     ->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7}})
+    ->Unit(benchmark::kMillisecond);
+
+/// The CPU inference engine's f32 3x3 stride-1 conv of kKxK[range(2)] on nChw8c activations at
+/// batch range(1), with bias and ReLU: oneDNN's direct convolution (range(0) = 0) or
+/// WinogradF43Conv (1).
+void BM_Conv3x3InferF32(benchmark::State& state) {
+  using dnnl::memory;
+  using tag = memory::format_tag;
+  const KxK s = kKxK[state.range(2)];
+  const int64_t N = state.range(1);
+  std::mt19937 rng(1);
+  const Tensor x = random_tensor({N, s.C, s.H, s.H}, rng, Layout::NCHW, 0.f, 1.f);  // nChw8c
+  const Tensor w = random_tensor({s.K, s.C, 3, 3}, rng, Layout::NCHW, -0.05f, 0.05f);
+  const Tensor b = random_tensor({s.K}, rng, Layout::NCHW);
+  Tensor y = Tensor::empty({N, s.K, s.H, s.H}, DType::f32);
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream strm(eng);
+  std::function<void()> run;
+  std::unique_ptr<onednn::WinogradF43Conv> wino;
+  const memory::desc xd({N, s.C, s.H, s.H}, memory::data_type::f32, tag::nChw8c),
+      yd({N, s.K, s.H, s.H}, memory::data_type::f32, tag::nChw8c),
+      wd({s.K, s.C, 3, 3}, memory::data_type::f32, tag::any),
+      bd({s.K}, memory::data_type::f32, tag::x);
+  memory xm(xd, eng, const_cast<void*>(x.data())), ym(yd, eng, y.data()),
+      bm(bd, eng, const_cast<void*>(b.data()));
+  dnnl::convolution_forward conv;
+  memory wm;
+  if (state.range(0)) {
+    wino = std::make_unique<onednn::WinogradF43Conv>(
+        eng, onednn::WinogradF43Conv::Shape{N, s.C, s.K, s.H, s.H},
+        onednn::WinogradF43Conv::transform_weights(w.data_as<const float>(), s.C, s.K),
+        b.data_as<const float>(), true, false);
+    run = [&] { wino->run(x.data_as<const float>(), y.data_as<float>()); };
+  } else {
+    dnnl::post_ops po;
+    po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(po);
+    const dnnl::convolution_forward::primitive_desc pd(
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                        dnnl::algorithm::convolution_direct, xd, wd, bd, yd,
+                                        {1, 1}, {1, 1}, {1, 1}),
+        attr, eng);
+    memory wu({{s.K, s.C, 3, 3}, memory::data_type::f32, tag::oihw}, eng,
+              const_cast<void*>(w.data()));
+    wm = memory(pd.weights_desc(), eng);
+    dnnl::reorder(wu, wm).execute(strm, wu, wm);
+    conv = dnnl::convolution_forward(pd);
+    run = [&] {
+      conv.execute(strm, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_BIAS, bm},
+                          {DNNL_ARG_DST, ym}});
+      strm.wait();
+    };
+  }
+  run();
+  for (auto _ : state) run();
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * N * s.K * s.C * 9 * s.H * s.H, benchmark::Counter::kIsIterationInvariantRate,
+      benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_Conv3x3InferF32)
+    ->ArgNames({"wino", "n", "shape"})
+    ->ArgsProduct({{0, 1}, {1, 2, 4, 32}, {1, 3, 5, 7}})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -1,12 +1,14 @@
 // The CPU inference engine (rn50/inference.h): its logits equal the training graph's in eval
 // mode (reference backend, float64 accumulation) on random weights and BN statistics, for NCHW
 // and NHWC input, NHWC and blocked activations, and across batch sizes (plans and buffers
-// reused); blocked activations are what oneDNN's convolutions get, and batch invariant;
+// reused); blocked activations are what oneDNN's convolutions get, and batch invariant; 3x3
+// convs run as Winograd (oneDNN's or our own) except in a batch-invariant engine;
 // concurrent calls from several threads on one engine give the same logits as one call; bad
 // input and unsupported options give clear errors.
 #include <gtest/gtest.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cpu/conv_algo.h"
 #include "core/report.h"
 #include "core/stats.h"
 #include "infer_test_util.h"
@@ -231,26 +234,54 @@ int64_t calls_of(InferenceEngine& eng, const Tensor& x, const std::string& name)
   return 0;
 }
 
-// fp32 3x3 stride-1 convs run as Winograd by default (src/backend/cpu/conv_algo.h), between
-// activation reorders; a batch-invariant engine (rn50 serve's) runs them direct, and its logits
-// do not depend on the batch. Both stay within rounding of each other (and of the training
-// graph, LogitsEqualTheTrainingGraphInEvalMode).
+/// Our Winograd's batched matmuls (36 products per chunk) oneDNN created in `log`: one per
+/// conv run as WinogradF43Conv when its tiles split into equal chunks.
+int own_winograd_matmuls(const std::string& log) {
+  int count = 0;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);)
+    count += line.find(",create:") != std::string::npos &&
+             line.find(",matmul,") != std::string::npos && line.find(",,36x") != std::string::npos;
+  return count;
+}
+
+// fp32 3x3 stride-1 convs run as Winograd by default (src/backend/cpu/conv_algo.h): oneDNN's
+// between activation reorders where it has one (AVX-512), else, with blocked activations, our
+// own (winograd_f43.h) where there are enough tiles; a batch-invariant engine (rn50 serve's)
+// runs them direct, and its logits do not depend on the batch. Both stay within rounding of
+// each other (and of the training graph, LogitsEqualTheTrainingGraphInEvalMode).
 TEST(InferEngineWinograd, DefaultUsesItBatchInvariantDoesNot) {
+  // Two threads, as on the machine WinogradF43Conv::worthwhile was measured on: at 64x64 px
+  // and batch 4 ResNet-50's three layer1 3x3 convs (64 channels, 16x16: 64 tiles in 2 chunks
+  // of 32) take it, the later ones (16 tiles or fewer) do not.
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(2);
   Fixture f("resnet50", 10);
   auto wino = f.engine();
+  auto blocked = f.engine(CpuActivationLayout::blocked);
   EngineOptions o;
   o.batch_invariant = true;
   auto direct = make_inference_engine(fold_network(f.model->desc(), f.sd), o);
   const Tensor x = random_images(4, 64, 400);
   // ResNet-50: 16 bottlenecks, 13 of whose 3x3 convs have stride 1: one reorder in, one out,
   // where oneDNN implements Winograd (AVX-512; not on AVX2-only CPUs, which run direct).
-  EXPECT_EQ(calls_of(*wino, x, "reorder activations (winograd)"),
-            onednn_winograd_implemented() ? 26 : 0);
+  const bool onednn_wino = onednn_winograd_implemented();
+  EXPECT_EQ(calls_of(*wino, x, "reorder activations (winograd)"), onednn_wino ? 26 : 0);
   EXPECT_EQ(calls_of(*direct, x, "reorder activations (winograd)"), 0);
-  const Tensor a = wino->run(x), b = direct->run(x);
+  EXPECT_EQ(own_winograd_matmuls(onednn_log_of_first_run(*blocked, x)), onednn_wino ? 0 : 3);
+  EXPECT_EQ(own_winograd_matmuls(onednn_log_of_first_run(*direct, x)), 0);
+  const Tensor a = wino->run(x), b = direct->run(x), c = blocked->run(x);
   expect_close(a, b, 1e-4, "Winograd vs direct");
+  expect_close(c, b, 1e-4, "blocked Winograd vs direct");
   // Batch invariance: each image alone gives the same bits as in the batch of 4.
   expect_each_image_alone_as_in_batch(*direct, x, b);
+  {  // RN50_CONV_ALGO=direct's policy: neither Winograd.
+    onednn::set_conv_algo(onednn::ConvAlgo::direct);
+    auto off = f.engine(CpuActivationLayout::blocked);
+    EXPECT_EQ(own_winograd_matmuls(onednn_log_of_first_run(*off, x)), 0);
+    onednn::set_conv_algo(std::nullopt);
+  }
+  omp_set_num_threads(threads);
 }
 
 TEST(InferEngineThreads, ConcurrentCallsOnOneEngineGiveTheSameLogits) {

@@ -21,7 +21,10 @@
 // (src/backend/cpu/conv_algo.h; RN50_CONV_ALGO=direct turns it off) in the primitive's blocked
 // layout, between two reorder steps ("reorder activations (winograd)") through two buffers all
 // such convs share. Not while calibrating int8 (the observer reads NHWC destinations), nor
-// for a batch-invariant engine (EngineOptions::batch_invariant: rn50 serve).
+// for a batch-invariant engine (EngineOptions::batch_invariant: rn50 serve). Where oneDNN has no
+// Winograd (CPUs without AVX-512), the blocked engine runs such convs (a residual sum allowed)
+// as our own Winograd F(4x4, 3x3) on oneDNN's batched matmul straight on the nChw8c buffers
+// (src/backend/cpu/winograd_f43.h) where it has enough tiles to win, under the same conditions.
 // Activation layout (CpuActivationLayout, rn50/inference.h): NHWC, or for f32 where oneDNN's
 // convs run faster on it (CPUs without AVX-512) the blocked nChw8c, the input image then NCHW
 // (the stem's jit:avx2 kernel reads it) and every value whose channel count is a multiple of 8
@@ -38,12 +41,14 @@
 #include <cmath>
 #include <cstring>
 #include <dnnl.hpp>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
 
 #include "backend/cpu/conv_algo.h"
+#include "backend/cpu/winograd_f43.h"
 #include "core/check.h"
 #include "core/fake_quant.h"
 #include "infer/engine_impl.h"
@@ -78,9 +83,11 @@ struct Traffic {
   const char* precision = nullptr;
 };
 
-/// One primitive with its arguments.
+/// One primitive with its arguments, or an op of our own (`custom`, which then runs instead;
+/// `args` still name its source, weights and destination for the observer and the traffic).
 struct Step {
   dnnl::primitive prim;
+  std::function<void()> custom;
   std::unordered_map<int, memory> args;
   int value = 0;  ///< the value the step writes (for the calibration observer)
   const ProfileOp* op = &kConvertOp;  ///< what it is in a profile
@@ -164,10 +171,10 @@ class CpuEngine final : public InferenceEngine {
     for (Step& s : plan.steps) {
       if (profiled) {
         OpProfiler::Scope timed(*s.op, s.flops, s.traffic.bytes, s.traffic.precision);
-        s.prim.execute(strm_, s.args);
+        s.custom ? s.custom() : s.prim.execute(strm_, s.args);
         strm_.wait();
       } else {
-        s.prim.execute(strm_, s.args);
+        s.custom ? s.custom() : s.prim.execute(strm_, s.args);
       }
       if (observer_) observe(s.value, s.args.at(DNNL_ARG_DST));
     }
@@ -520,6 +527,29 @@ class CpuEngine final : public InferenceEngine {
                      static_cast<double>(c.in_channels * c.kernel * c.kernel);
           // An f32 conv of a QAT engine (the stem, above) computes with its trained weights.
           const Tensor cw = qat && !q ? fake_quantized(op.weight, *plan) : op.weight;
+          const onednn::WinogradF43Conv::Shape ws{n, c.in_channels, c.out_channels,
+                                                  oshape[1], oshape[2]};
+          if (!wino && !q && blocked_ && c.kernel == 3 && c.stride == 1 && c.pad == 1 &&
+              !batch_invariant_ && onednn::conv_winograd_allowed() &&
+              onednn::WinogradF43Conv::worthwhile(ws)) {
+            // Our own Winograd on the nChw8c buffers (file comment; blocked_ excludes the
+            // observer), its transformed weights shared by the plans of every batch size.
+            auto& u = wino_weights_[nd.op];
+            if (!u) u = onednn::WinogradF43Conv::transform_weights(cw.data_as<const float>(),
+                                                                   ws.c, ws.k);
+            auto conv = std::make_shared<onednn::WinogradF43Conv>(eng_, ws, u, bias, op.relu,
+                                                                  nd.res >= 0);
+            const memory u_m({{36, ws.c, ws.k}, dt::f32, tag::abc}, eng_,
+                             const_cast<float*>(u->data()));
+            st.prim = {};
+            st.custom = [conv, x = ptr(nd.in), y = ptr(nd.out)] { conv->run(x, y); };
+            st.args = {{DNNL_ARG_SRC, src_m},
+                       {DNNL_ARG_WEIGHTS, u_m},
+                       {DNNL_ARG_BIAS, memory(b_md, eng_, const_cast<float*>(bias))},
+                       {DNNL_ARG_DST, dst_m}};
+            plan->steps.push_back(std::move(st));
+            continue;
+          }
           const memory w =
               pack(cw, memory::desc(wd, dt::f32, tag::oihw), pd.weights_desc(), w_scale);
           const memory b(b_md, eng_, const_cast<float*>(bias));
@@ -661,6 +691,8 @@ class CpuEngine final : public InferenceEngine {
   bool batch_invariant_;
   /// f32 activations in nChw8c (EngineOptions::cpu_activations; file comment).
   bool blocked_;
+  /// Our own Winograd's transformed weights by program op (file comment), for every plan.
+  std::map<int, std::shared_ptr<const std::vector<float>>> wino_weights_;
   dnnl::engine eng_;
   dnnl::stream strm_;
   std::mutex mu_;

@@ -1,0 +1,87 @@
+// rn50: an f32 3x3 stride-1 pad-1 convolution as Winograd F(4x4, 3x3) on oneDNN's batched matmul,
+// for CPUs where oneDNN has no Winograd kernel (see winograd_f43.cpp). Inference only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <dnnl.hpp>
+
+namespace rn50::onednn {
+
+/// Y = ReLU?(conv3x3(X, W) + b (+ Y)) with stride 1 and zero padding 1, computed as Winograd
+/// F(4x4, 3x3) (Lavin and Gray 2016, "Fast Algorithms for Convolutional Neural Networks", the
+/// B^T, G and A^T of their section 4.2): every 4x4 output tile of every image (P tiles in all)
+/// reads a 6x6 input tile d; V = B^T d B and U = G g G^T (once, here) turn the conv into 36
+/// independent products M[xi] (P x K) = V[xi] (P x C) . U[xi] (C x K), one per position xi of
+/// the 6x6 transformed tile, and each tile's output is A^T m A. The tiles are taken in chunks
+/// (at most kMaxChunkTiles, spread over the OpenMP threads): each thread transforms its chunk's
+/// inputs into its own V, runs the 36 products as one oneDNN batched matmul on one core, and
+/// transforms the products straight into Y with the bias, the residual sum and the ReLU, so V
+/// and M stay in the thread's caches.
+///   X: (N, C, H, W) f32 nChw8c;  Y: (N, K, H, W) f32 nChw8c;  C and K multiples of 8.
+///   W: (K, C, 3, 3) f32 OIHW;    b: (K) f32.
+/// 2.25 multiply-adds of the direct conv's 9 per output remain in the products (4x fewer), at
+/// the price of the transforms' memory traffic and of U (36 x C x K floats, 4x W's size), which
+/// every chunk reads: worthwhile with enough tiles per weight (worthwhile()). Rounding differs
+/// from the direct sum (relative error ~1e-6..1e-5 of the outputs at ResNet-50's shapes).
+/// Not batch invariant: a chunk mixes images, and the matmul's kernel may follow its rows.
+class WinogradF43Conv {
+ public:
+  /// The layer: N images of C channels, H x W pixels in and out, K output channels.
+  struct Shape {
+    int64_t n = 0, c = 0, k = 0, h = 0, w = 0;
+  };
+  /// Most tiles per chunk: V and M of a 512-channel chunk are 4.5 MiB each; the prototype of
+  /// this op (oneDNN 2.6 gemm:jit, AVX2) ran 64-tile chunks 1.2-1.35x faster than one
+  /// whole-tensor product at ResNet-50's 128- and 256-channel shapes, batch 32.
+  static constexpr int64_t kMaxChunkTiles = 64;
+
+  /// The transformed weights of W (K, C, 3, 3) f32 OIHW: U (36, C, K) f32, U[xi] = G g G^T at
+  /// 6x6 position xi for every (c, k). Shared by the plans of every batch size of one layer.
+  static std::shared_ptr<const std::vector<float>> transform_weights(const float* w, int64_t c,
+                                                                     int64_t k);
+
+  /// Builds the matmul primitives and per-thread buffers for `s`. `u` from transform_weights of
+  /// the layer's weights; `bias` (K floats) is read at run time, not copied. `accumulate` adds
+  /// Y's previous contents (the residual) before the ReLU. Throws rn50::Error when C or K is not
+  /// a multiple of 8, dnnl::error when oneDNN cannot build the matmul.
+  WinogradF43Conv(const dnnl::engine& eng, const Shape& s,
+                  std::shared_ptr<const std::vector<float>> u, const float* bias, bool relu,
+                  bool accumulate);
+  ~WinogradF43Conv();
+  WinogradF43Conv(const WinogradF43Conv&) = delete;
+  WinogradF43Conv& operator=(const WinogradF43Conv&) = delete;
+
+  /// Y from X (layouts above). Runs its own OpenMP parallel region; not re-entrant (one call
+  /// at a time per object: the per-thread buffers are the object's).
+  void run(const float* x, float* y);
+
+  /// 4x4 output tiles of the layer: N x ceil(H / 4) x ceil(W / 4).
+  static int64_t tiles(const Shape& s);
+  /// Tiles per chunk: the tiles split evenly over the OpenMP threads, at most kMaxChunkTiles
+  /// (or set_winograd_chunk_tiles's override).
+  static int64_t chunk_tiles(const Shape& s);
+  /// Whether this op is expected to beat oneDNN's direct AVX2 convolution for `s` with this
+  /// process's OpenMP threads (see the definition for the measurements): chunks with enough
+  /// tiles that reading U is amortised. False unless C and K are multiples of 8.
+  static bool worthwhile(const Shape& s);
+  /// Bytes of U (36 x C x K floats).
+  static size_t weight_bytes(const Shape& s) {
+    return 36 * static_cast<size_t>(s.c) * static_cast<size_t>(s.k) * sizeof(float);
+  }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Overrides the chunk size (tiles per chunk, at most kMaxChunkTiles) for this process: the
+/// tests use it to run several chunks and a shorter last one on small shapes; std::nullopt
+/// restores the default.
+void set_winograd_chunk_tiles(std::optional<int64_t> tiles);
+
+}  // namespace rn50::onednn

@@ -1,0 +1,163 @@
+// Our Winograd F(4x4, 3x3) convolution (src/backend/cpu/winograd_f43.cpp), used by the CPU
+// inference engine where oneDNN has none:
+//  * against a naive float64 3x3 stride-1 pad-1 convolution on random data, nChw8c in and out:
+//    one tile, partial edge tiles on a non-square image, several images, with and without
+//    ReLU and the residual sum (Y's previous contents added before the ReLU), in one chunk and
+//    in many chunks with a shorter last one (set_winograd_chunk_tiles);
+//  * the transformed weights equal G g G^T on a hand-checked kernel;
+//  * the policy (worthwhile) and the errors for channel counts it cannot take.
+#include <gtest/gtest.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/winograd_f43.h"
+#include "rn50/error.h"
+
+namespace rn50::onednn {
+namespace {
+
+using Shape = WinogradF43Conv::Shape;
+
+/// Index of (n, c, h, w) in an nChw8c tensor of C channels, H x W.
+size_t blocked_index(const Shape& s, int64_t c_total, int64_t n, int64_t c, int64_t h,
+                     int64_t w) {
+  return static_cast<size_t>((((n * (c_total / 8) + c / 8) * s.h + h) * s.w + w) * 8 + c % 8);
+}
+
+/// y (nChw8c) = ReLU?(conv3x3(x, w) + b (+ y0)), stride 1, zero padding 1, in float64.
+std::vector<double> reference(const Shape& s, const std::vector<float>& x,
+                              const std::vector<float>& w, const std::vector<float>& b,
+                              const std::vector<float>& y0, bool relu, bool accumulate) {
+  std::vector<double> y(y0.size());
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t k = 0; k < s.k; ++k)
+      for (int64_t oh = 0; oh < s.h; ++oh)
+        for (int64_t ow = 0; ow < s.w; ++ow) {
+          double acc = b[static_cast<size_t>(k)];
+          for (int64_t c = 0; c < s.c; ++c)
+            for (int64_t r = 0; r < 3; ++r)
+              for (int64_t q = 0; q < 3; ++q) {
+                const int64_t ih = oh - 1 + r, iw = ow - 1 + q;
+                if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
+                acc += double(x[blocked_index(s, s.c, n, c, ih, iw)]) *
+                       w[static_cast<size_t>(((k * s.c + c) * 3 + r) * 3 + q)];
+              }
+          const size_t i = blocked_index(s, s.k, n, k, oh, ow);
+          if (accumulate) acc += y0[i];
+          y[i] = relu ? std::max(0.0, acc) : acc;
+        }
+  return y;
+}
+
+struct Case {
+  const char* name;
+  Shape s;
+  std::optional<int64_t> chunk;  ///< tiles per chunk (set_winograd_chunk_tiles)
+};
+
+const Case kCases[] = {
+    {"one 4x4 tile", {1, 8, 16, 4, 4}, std::nullopt},
+    {"partial edge tiles, non-square", {2, 16, 8, 7, 9}, std::nullopt},
+    {"several images, one chunk", {3, 24, 32, 13, 13}, std::nullopt},
+    {"chunks of 5 tiles, shorter last", {3, 24, 32, 13, 13}, 5},
+    {"chunks of 1 tile", {2, 8, 8, 6, 5}, 1},
+};
+
+struct ChunkScope {
+  explicit ChunkScope(std::optional<int64_t> t) { set_winograd_chunk_tiles(t); }
+  ~ChunkScope() { set_winograd_chunk_tiles(std::nullopt); }
+};
+
+TEST(WinogradF43, EqualsTheNaiveConvolution) {
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  auto random = [&](size_t size) {
+    std::vector<float> v(size);
+    for (float& e : v) e = u(rng);
+    return v;
+  };
+  for (const Case& cs : kCases)
+    for (const bool relu : {false, true})
+      for (const bool accumulate : {false, true}) {
+        const ChunkScope scope(cs.chunk);
+        const Shape& s = cs.s;
+        const std::string what = std::string(cs.name) + (relu ? ", relu" : "") +
+                                 (accumulate ? ", residual sum" : "");
+        const auto x = random(static_cast<size_t>(s.n * s.c * s.h * s.w));
+        const auto w = random(static_cast<size_t>(s.k * s.c * 9));
+        const auto b = random(static_cast<size_t>(s.k));
+        const auto y0 = random(static_cast<size_t>(s.n * s.k * s.h * s.w));
+        const auto want = reference(s, x, w, b, y0, relu, accumulate);
+        std::vector<float> y = y0;
+        WinogradF43Conv conv(eng, s, WinogradF43Conv::transform_weights(w.data(), s.c, s.k),
+                             b.data(), relu, accumulate);
+        conv.run(x.data(), y.data());
+        double scale = 0;
+        for (double v : want) scale = std::max(scale, std::fabs(v));
+        ASSERT_GT(scale, 1.0) << what;
+        for (size_t i = 0; i < y.size(); ++i)
+          ASSERT_NEAR(y[i], want[i], 2e-5 * scale) << what << ", element " << i;
+        // A second call on the same object (buffers reused) gives the same bits.
+        std::vector<float> again = y0;
+        conv.run(x.data(), again.data());
+        EXPECT_EQ(again, y) << what;
+      }
+}
+
+// G g G^T at the transformed tile's corners and centre for g = [[1,2,3],[4,5,6],[7,8,9]]:
+// row 0 of G is (1/4, 0, 0) and row 5 (0, 0, 1), so U[0][0] = g00/16, U[0][5] = g02/4,
+// U[5][5] = g22; row 1 is -(1/6)(1, 1, 1), so U[1][1] = sum(g)/36.
+TEST(WinogradF43, TransformedWeightsAreGgGt) {
+  const std::vector<float> g{1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const auto u = WinogradF43Conv::transform_weights(g.data(), 1, 1);
+  ASSERT_EQ(u->size(), 36u);
+  EXPECT_FLOAT_EQ((*u)[0 * 6 + 0], 1.f / 16);
+  EXPECT_FLOAT_EQ((*u)[0 * 6 + 5], 3.f / 4);
+  EXPECT_FLOAT_EQ((*u)[5 * 6 + 5], 9.f);
+  EXPECT_FLOAT_EQ((*u)[1 * 6 + 1], 45.f / 36);
+}
+
+TEST(WinogradF43, PolicyAndErrors) {
+  // Channel counts that are not multiples of 8 are never taken, and refused when forced.
+  EXPECT_FALSE(WinogradF43Conv::worthwhile({32, 12, 16, 56, 56}));
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  const Shape bad{1, 12, 16, 8, 8};
+  const std::vector<float> w(12 * 16 * 9, 0.f), b(16, 0.f);
+  try {
+    WinogradF43Conv conv(eng, bad, WinogradF43Conv::transform_weights(w.data(), 12, 16),
+                         b.data(), false, false);
+    ADD_FAILURE() << "12 channels accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiples of 8"), std::string::npos) << e.what();
+  }
+  // Transformed weights of another layer's size are refused.
+  const auto small = WinogradF43Conv::transform_weights(w.data(), 8, 8);
+  EXPECT_THROW(WinogradF43Conv(eng, {1, 16, 16, 8, 8}, small, b.data(), false, false), Error);
+  // With 2 threads (the machine the rule was measured on): ResNet-50's batch-32 stride-1 3x3
+  // convs have chunks of 64 tiles and are all taken; one image's 128-channel 28x28 conv (49
+  // tiles, chunks of 25) too, but not its 256-channel 14x14 (chunks of 8 tiles reading 9.4 MiB
+  // of transformed weights) nor 512-channel 7x7 ones.
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(2);
+  for (const int64_t c : {64, 128, 256, 512}) {
+    const int64_t hw = 56 * 64 / c;
+    EXPECT_EQ(WinogradF43Conv::chunk_tiles({32, c, c, hw, hw}), 64) << c;
+    EXPECT_TRUE(WinogradF43Conv::worthwhile({32, c, c, hw, hw})) << c;
+    EXPECT_EQ(WinogradF43Conv::worthwhile({1, c, c, hw, hw}), c <= 128) << c;
+  }
+  EXPECT_EQ(WinogradF43Conv::chunk_tiles({1, 128, 128, 28, 28}), 25);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(WinogradF43Conv::tiles({2, 8, 8, 7, 9}), 2 * 2 * 3);
+}
+
+}  // namespace
+}  // namespace rn50::onednn
