@@ -2,8 +2,9 @@
 // inference engine where oneDNN has none:
 //  * against a naive float64 3x3 stride-1 pad-1 convolution on random data, nChw8c in and out:
 //    one tile, partial edge tiles on a non-square image, several images, with and without
-//    ReLU and the residual sum (Y's previous contents added before the ReLU), in one chunk and
-//    in many chunks with a shorter last one (set_winograd_chunk_tiles);
+//    ReLU and the residual sum (Y's previous contents added before the ReLU), in one chunk, in
+//    many chunks with a shorter last one (set_winograd_chunk_tiles), and with the output
+//    channels split over the threads;
 //  * the transformed weights equal G g G^T on a hand-checked kernel;
 //  * the policy (worthwhile) and the errors for channel counts it cannot take.
 #include <gtest/gtest.h>
@@ -69,6 +70,14 @@ const Case kCases[] = {
     {"several images, one chunk", {3, 24, 32, 13, 13}, std::nullopt},
     {"chunks of 5 tiles, shorter last", {3, 24, 32, 13, 13}, 5},
     {"chunks of 1 tile", {2, 8, 8, 6, 5}, 1},
+    {"few tiles: output channels in 2 parts", {1, 16, 128, 6, 7}, std::nullopt},
+};
+
+/// Sets the OpenMP threads for one scope (the work split depends on them), then restores them.
+struct ThreadsScope {
+  const int saved = omp_get_max_threads();
+  explicit ThreadsScope(int n) { omp_set_num_threads(n); }
+  ~ThreadsScope() { omp_set_num_threads(saved); }
 };
 
 struct ChunkScope {
@@ -77,6 +86,11 @@ struct ChunkScope {
 };
 
 TEST(WinogradF43, EqualsTheNaiveConvolution) {
+  const ThreadsScope two(2);
+  // 4 tiles on 2 threads: one chunk, its 128 output channels in 2 parts of 64.
+  const WinogradF43Conv::Split parts = WinogradF43Conv::split(kCases[5].s);
+  EXPECT_EQ(parts.chunk_tiles, 4);
+  EXPECT_EQ(parts.k_parts, 2);
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -143,19 +157,21 @@ TEST(WinogradF43, PolicyAndErrors) {
   const auto small = WinogradF43Conv::transform_weights(w.data(), 8, 8);
   EXPECT_THROW(WinogradF43Conv(eng, {1, 16, 16, 8, 8}, small, b.data(), false, false), Error);
   // With 2 threads (the machine the rule was measured on): ResNet-50's batch-32 stride-1 3x3
-  // convs have chunks of 64 tiles and are all taken; one image's 128-channel 28x28 conv (49
-  // tiles, chunks of 25) too, but not its 256-channel 14x14 (chunks of 8 tiles reading 9.4 MiB
-  // of transformed weights) nor 512-channel 7x7 ones.
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(2);
+  // convs have chunks of 64 tiles and are all taken; one image's 64- to 256-channel convs too,
+  // but not its 512-channel 7x7 ones (4 tiles reading 38 MiB of transformed weights).
+  const ThreadsScope two(2);
   for (const int64_t c : {64, 128, 256, 512}) {
     const int64_t hw = 56 * 64 / c;
-    EXPECT_EQ(WinogradF43Conv::chunk_tiles({32, c, c, hw, hw}), 64) << c;
+    EXPECT_EQ(WinogradF43Conv::split({32, c, c, hw, hw}).chunk_tiles, 64) << c;
     EXPECT_TRUE(WinogradF43Conv::worthwhile({32, c, c, hw, hw})) << c;
-    EXPECT_EQ(WinogradF43Conv::worthwhile({1, c, c, hw, hw}), c <= 128) << c;
+    EXPECT_EQ(WinogradF43Conv::worthwhile({1, c, c, hw, hw}), c <= 256) << c;
   }
-  EXPECT_EQ(WinogradF43Conv::chunk_tiles({1, 128, 128, 28, 28}), 25);
-  omp_set_num_threads(threads);
+  EXPECT_EQ(WinogradF43Conv::split({1, 128, 128, 28, 28}).chunk_tiles, 25);
+  // One 256-channel 14x14 image: 16 tiles, 8 per thread would be too few: one chunk of 16,
+  // its output channels in 2 parts.
+  const WinogradF43Conv::Split one = WinogradF43Conv::split({1, 256, 256, 14, 14});
+  EXPECT_EQ(one.chunk_tiles, 16);
+  EXPECT_EQ(one.k_parts, 2);
   EXPECT_EQ(WinogradF43Conv::tiles({2, 8, 8, 7, 9}), 2 * 2 * 3);
 }
 

@@ -63,25 +63,34 @@ void set_winograd_chunk_tiles(std::optional<int64_t> tiles) {
 
 int64_t WinogradF43Conv::tiles(const Shape& s) { return s.n * ((s.h + 3) / 4) * ((s.w + 3) / 4); }
 
-int64_t WinogradF43Conv::chunk_tiles(const Shape& s) {
+WinogradF43Conv::Split WinogradF43Conv::split(const Shape& s) {
   const int64_t nthr = std::max(1, omp_get_max_threads());
   const int64_t cap = g_chunk_override ? g_chunk_override : kMaxChunkTiles;
-  return std::clamp<int64_t>((tiles(s) + nthr - 1) / nthr, 1, cap);
+  const int64_t p = tiles(s), even = (p + nthr - 1) / nthr;
+  if (even >= kMinChunkTiles || nthr == 1 || s.k % kL != 0)
+    return {std::clamp<int64_t>(even, 1, cap), 1};
+  // Few tiles: whole chunks, their output channels split over the threads instead.
+  const int64_t chunk = std::min(cap, p), chunks = (p + chunk - 1) / chunk;
+  int64_t parts = std::clamp<int64_t>(nthr / chunks, 1, std::max<int64_t>(1, s.k / kMinPartK));
+  while ((s.k / kL) % parts != 0) --parts;
+  return {chunk, parts};
 }
 
 // bench_micro's BM_Conv3x3InferF32 on a 2-core AVX2 EPYC (oneDNN 2.6.3), ms per call, direct
-// jit:avx2 / this op, batch 1, 2, 4, 32 (tiles per chunk in brackets):
-//   64ch 56x56   1.72 / 1.21 [64], 3.99 / 2.80 [64], 8.39 / 6.00 [64], 107 / 50.3 [64]
-//   128ch 28x28  2.64 / 1.14 [25], 3.22 / 2.39 [49], 7.37 / 5.42 [64], 56.7 / 34.9 [64]
-//   256ch 14x14  1.89 / 3.81 [8],  3.70 / 4.60 [16], 7.74 / 7.55 [32], 60.2 / 44.5 [64]
-//   512ch 7x7    2.78 / 12.5 [2],  4.73 / 13.8 [4],  8.66 / 17.0 [8],  77.0 / 32.7 [64]
-// Every chunk's products read all of U (36 C K floats: 9.4 MiB at 256 channels, 38 MiB at
-// 512): it wins with chunks of 48 tiles or more, and with 16 or more where U is small (up to
-// 128 x 128 channels, 2.4 MiB).
+// jit:avx2 / this op, batch 1, 2, 4, 32 (tiles per chunk in brackets, x2: output channels in 2
+// parts); one run, this machine's timings vary by 10-30% from run to run:
+//   64ch 56x56   1.59 / 1.08 [64], 3.32 / 2.53 [64], 7.30 / 5.43 [64], 58.4 / 47.2 [64]
+//   128ch 28x28  1.79 / 0.98 [25], 3.44 / 2.15 [49], 6.00 / 5.35 [64], 52.7 / 29.2 [64]
+//   256ch 14x14  1.85 / 1.69 [16x2] (medians of 5), 3.80 / 3.82 [16], 6.26 / 3.80 [32],
+//                56.1 / 34.5 [64]; chunks of 8 tiles per thread instead of [16x2]: 1.89 / 3.81
+//   512ch 7x7    2.51 / 6.85 [4x2], 5.20 / 9.36 [8x2], 8.86 / 14.8 [16x2], 93.1 / 33.7 [64]
+// Every task's products read its part of U (36 C K floats: 9.4 MiB at 256 channels, 38 MiB at
+// 512), which oneDNN's GEMM packs anew for every call: it wins with chunks of 48 tiles or more,
+// and with 16 or more up to 256 x 256 channels.
 bool WinogradF43Conv::worthwhile(const Shape& s) {
   if (s.c % kL != 0 || s.k % kL != 0) return false;
-  const int64_t rows = chunk_tiles(s);
-  return rows >= 48 || (s.c * s.k <= 128 * 128 && rows >= 16);
+  const int64_t rows = split(s).chunk_tiles;
+  return rows >= 48 || (s.c * s.k <= 256 * 256 && rows >= kMinChunkTiles);
 }
 
 std::shared_ptr<const std::vector<float>> WinogradF43Conv::transform_weights(const float* w,
@@ -116,13 +125,14 @@ struct WinogradF43Conv::Impl {
   const float* bias = nullptr;
   bool relu = false, accumulate = false;
   int64_t th = 0, tw = 0, p = 0, chunk = 0;
+  int64_t parts = 1, kt = 0;  ///< output-channel parts and channels per part
   int nthr = 1;
   dnnl::engine eng;
-  memory u_mem;
+  std::vector<memory> u_mem;  ///< per output-channel part
   /// The products of a full chunk [0] and of the shorter last one [1] (absent when none).
   dnnl::matmul mm[2];
   memory::desc mm_scratch[2];
-  /// Per thread: V (36, chunk, C), M (36, chunk, K), the matmul's scratchpad, a stream.
+  /// Per thread: V (36, chunk, C), M (36, chunk, kt), the matmul's scratchpad, a stream.
   std::vector<std::vector<float>> v, m;
   std::vector<std::vector<char>> scratch;
   std::vector<dnnl::stream> streams;
@@ -162,17 +172,19 @@ struct WinogradF43Conv::Impl {
     }
   }
 
-  /// M (36, rows, K) of tiles [p0, p0 + rows) into y: A^T m A + bias (+ y), ReLU.
-  void output_transform(const float* mb, int64_t p0, int64_t rows, float* y) const {
+  /// M (36, rows, kt) of tiles [p0, p0 + rows) and output channels [k0, k0 + kt) into y:
+  /// A^T m A + bias (+ y), ReLU.
+  void output_transform(const float* mb, int64_t p0, int64_t rows, int64_t k0, float* y) const {
     const int64_t kb_n = s.k / kL, plane = s.h * s.w * kL;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t t = p0 + r, n = t / (th * tw), ty = (t / tw) % th, tx = t % tw;
       const int64_t oh = std::min<int64_t>(4, s.h - ty * 4);
       const int64_t ow = std::min<int64_t>(4, s.w - tx * 4);
-      for (int64_t kb = 0; kb < kb_n; ++kb) {
+      for (int64_t kb = k0 / kL; kb < (k0 + kt) / kL; ++kb) {
         float mt[6][6][kL];
         for (int xi = 0; xi < 36; ++xi)
-          std::memcpy(mt[xi / 6][xi % 6], mb + (xi * rows + r) * s.k + kb * kL, sizeof(mt[0][0]));
+          std::memcpy(mt[xi / 6][xi % 6], mb + (xi * rows + r) * kt + kb * kL - k0,
+                      sizeof(mt[0][0]));
         float t1[4][6][kL];  // A^T m: down the columns
         for (int j = 0; j < 6; ++j) output_row(mt[0][j], 6 * kL, t1[0][j], 6 * kL);
         float* yb = y + (n * kb_n + kb) * plane;
@@ -213,25 +225,30 @@ WinogradF43Conv::WinogradF43Conv(const dnnl::engine& eng, const Shape& s,
   im.tw = (s.w + 3) / 4;
   im.p = tiles(s);
   im.nthr = std::max(1, omp_get_max_threads());
-  im.chunk = chunk_tiles(s);
+  const Split sp = split(s);
+  im.chunk = sp.chunk_tiles;
+  im.parts = sp.k_parts;
+  im.kt = s.k / im.parts;
   const int64_t last = im.p - (im.p - 1) / im.chunk * im.chunk;
-  im.u_mem = memory({{36, s.c, s.k}, dt::f32, tag::abc}, eng, const_cast<float*>(im.u->data()));
+  // U's columns of one output-channel part: (36, C, kt) with U's strides.
+  const memory::desc ud({36, s.c, im.kt}, dt::f32, memory::dims{s.c * s.k, s.k, 1});
+  for (int64_t q = 0; q < im.parts; ++q)
+    im.u_mem.emplace_back(ud, eng, const_cast<float*>(im.u->data()) + q * im.kt);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   size_t scratch = 0;
   for (int i = 0; i < (last == im.chunk ? 1 : 2); ++i) {
     const int64_t rows = i == 0 ? im.chunk : last;
-    const memory::desc vd({36, rows, s.c}, dt::f32, tag::abc), md({36, rows, s.k}, dt::f32,
-                                                                      tag::abc);
-    const dnnl::matmul::primitive_desc pd(
-        dnnl::matmul::desc(vd, im.u_mem.get_desc(), md), attr, eng);
+    const memory::desc vd({36, rows, s.c}, dt::f32, tag::abc),
+        md({36, rows, im.kt}, dt::f32, tag::abc);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(vd, ud, md), attr, eng);
     im.mm[i] = dnnl::matmul(pd);
     im.mm_scratch[i] = pd.scratchpad_desc();
     scratch = std::max(scratch, pd.scratchpad_desc().get_size());
   }
   const size_t threads = static_cast<size_t>(im.nthr);
   im.v.assign(threads, std::vector<float>(static_cast<size_t>(36 * im.chunk * s.c)));
-  im.m.assign(threads, std::vector<float>(static_cast<size_t>(36 * im.chunk * s.k)));
+  im.m.assign(threads, std::vector<float>(static_cast<size_t>(36 * im.chunk * im.kt)));
   im.scratch.assign(threads, std::vector<char>(scratch));
   for (size_t t = 0; t < threads; ++t) im.streams.emplace_back(eng);
 }
@@ -240,25 +257,28 @@ WinogradF43Conv::~WinogradF43Conv() = default;
 
 void WinogradF43Conv::run(const float* x, float* y) {
   Impl& im = *impl_;
-  const int64_t chunks = (im.p + im.chunk - 1) / im.chunk;
-  // Inside the parallel region oneDNN runs each matmul on the calling thread alone.
+  const int64_t chunks = (im.p + im.chunk - 1) / im.chunk, items = chunks * im.parts;
+  // Inside the parallel region oneDNN runs each matmul on the calling thread alone. With
+  // several output-channel parts each part transforms its chunk's inputs itself (few tiles).
 #pragma omp parallel for schedule(dynamic) num_threads(im.nthr)
-  for (int64_t ch = 0; ch < chunks; ++ch) {
+  for (int64_t it = 0; it < items; ++it) {
     const size_t t = static_cast<size_t>(omp_get_thread_num());
+    const int64_t ch = it / im.parts, q = it % im.parts;
     const int64_t p0 = ch * im.chunk, rows = std::min(im.chunk, im.p - p0);
     const int which = rows == im.chunk ? 0 : 1;
     float* vb = im.v[t].data();
     float* mb = im.m[t].data();
     im.input_transform(x, p0, rows, vb);
     const memory vm({{36, rows, im.s.c}, dt::f32, tag::abc}, im.eng, vb);
-    const memory mm({{36, rows, im.s.k}, dt::f32, tag::abc}, im.eng, mb);
-    std::unordered_map<int, memory> args = {
-        {DNNL_ARG_SRC, vm}, {DNNL_ARG_WEIGHTS, im.u_mem}, {DNNL_ARG_DST, mm}};
+    const memory mm({{36, rows, im.kt}, dt::f32, tag::abc}, im.eng, mb);
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, vm},
+                                            {DNNL_ARG_WEIGHTS, im.u_mem[static_cast<size_t>(q)]},
+                                            {DNNL_ARG_DST, mm}};
     if (!im.scratch[t].empty())
       args[DNNL_ARG_SCRATCHPAD] = memory(im.mm_scratch[which], im.eng, im.scratch[t].data());
     im.mm[which].execute(im.streams[t], args);
     im.streams[t].wait();
-    im.output_transform(mb, p0, rows, y);
+    im.output_transform(mb, p0, rows, q * im.kt, y);
   }
 }
 

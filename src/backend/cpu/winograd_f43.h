@@ -62,9 +62,23 @@ class WinogradF43Conv {
 
   /// 4x4 output tiles of the layer: N x ceil(H / 4) x ceil(W / 4).
   static int64_t tiles(const Shape& s);
-  /// Tiles per chunk: the tiles split evenly over the OpenMP threads, at most kMaxChunkTiles
-  /// (or set_winograd_chunk_tiles's override).
-  static int64_t chunk_tiles(const Shape& s);
+  /// Fewest tiles per chunk when the tiles are split over the threads: with fewer, each
+  /// thread's products would read all of U for a few rows; the output channels are split
+  /// instead.
+  static constexpr int64_t kMinChunkTiles = 16;
+  /// Fewest output channels per part (the products' columns).
+  static constexpr int64_t kMinPartK = 64;
+  /// How the work is divided: chunks of `chunk_tiles` tiles, each chunk's output channels in
+  /// `k_parts` parts of K / k_parts channels (a multiple of 8), one (chunk, part) per task.
+  struct Split {
+    int64_t chunk_tiles = 1, k_parts = 1;
+  };
+  /// The tiles split evenly over the OpenMP threads, at most kMaxChunkTiles per chunk (or
+  /// set_winograd_chunk_tiles's override), one part; when that gives chunks under
+  /// kMinChunkTiles, whole chunks and as many output-channel parts as there are threads per
+  /// chunk (fewer if K / 8 does not divide by that, or parts would have under kMinPartK
+  /// channels).
+  static Split split(const Shape& s);
   /// Whether this op is expected to beat oneDNN's direct AVX2 convolution for `s` with this
   /// process's OpenMP threads (see the definition for the measurements): chunks with enough
   /// tiles that reading U is amortised. False unless C and K are multiples of 8.
