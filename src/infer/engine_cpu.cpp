@@ -519,8 +519,6 @@ class CpuEngine final : public InferenceEngine {
               // not implemented for this shape / CPU: direct below
             }
           }
-          if (!wino) pd = dnnl::convolution_forward::primitive_desc(conv_desc(false), attr, eng_);
-          st.prim = dnnl::convolution_forward(pd);
           st.op = &kConvOp;
           const auto& oshape = shape[static_cast<size_t>(nd.out)];
           st.flops = 2.0 * static_cast<double>(n * oshape[0] * oshape[1] * oshape[2]) *
@@ -541,7 +539,6 @@ class CpuEngine final : public InferenceEngine {
                                                                   nd.res >= 0);
             const memory u_m({{36, ws.c, ws.k}, dt::f32, tag::abc}, eng_,
                              const_cast<float*>(u->data()));
-            st.prim = {};
             st.custom = [conv, x = ptr(nd.in), y = ptr(nd.out)] { conv->run(x, y); };
             st.args = {{DNNL_ARG_SRC, src_m},
                        {DNNL_ARG_WEIGHTS, u_m},
@@ -550,6 +547,8 @@ class CpuEngine final : public InferenceEngine {
             plan->steps.push_back(std::move(st));
             continue;
           }
+          if (!wino) pd = dnnl::convolution_forward::primitive_desc(conv_desc(false), attr, eng_);
+          st.prim = dnnl::convolution_forward(pd);
           const memory w =
               pack(cw, memory::desc(wd, dt::f32, tag::oihw), pd.weights_desc(), w_scale);
           const memory b(b_md, eng_, const_cast<float*>(bias));
