@@ -20,6 +20,11 @@
 //                                  5, 7) at batch n, f32 nChw8c, bias + ReLU: wino 0 oneDNN's
 //                                  direct kernel, 1 our Winograd F(4x4, 3x3) (winograd_f43.h).
 //                                  What WinogradF43Conv::worthwhile's tile rule comes from.
+//   BM_Conv3x3TrainF32/<own>/<pass>/<shape>  the oneDNN backend's 3x3 stride-1 conv of
+//                                  kKxK[shape] at batch 32, NHWC f32: pass 0 forward, 1 backward
+//                                  data; own 0 oneDNN's direct kernel (policy `direct`), 1 our
+//                                  Winograd (policy `matmul`; conv_winograd.h), its weight
+//                                  transform included.
 // Run: build/rn50_bench_micro [--benchmark_filter=Conv] [--benchmark_repetitions=5]
 #include <benchmark/benchmark.h>
 
@@ -32,6 +37,7 @@
 
 #include "backend/cpu/conv_algo.h"
 #include "backend/cpu/onednn_backend.h"
+#include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/winograd_f43.h"
 #include "data/decode.h"
 #include "data/rng.h"
@@ -236,6 +242,39 @@ void BM_Conv3x3InferF32(benchmark::State& state) {
       2.0 * N * s.K * s.C * 9 * s.H * s.H, benchmark::Counter::kIsIterationInvariantRate,
       benchmark::Counter::kIs1000);
 }
+/// The training backend's forward (range(1) = 0) or backward-data (1) 3x3 stride-1 conv of
+/// kKxK[range(2)] at batch 32, NHWC f32, direct (range(0) = 0) or our Winograd (1).
+void BM_Conv3x3TrainF32(benchmark::State& state) {
+  std::unique_ptr<Backend> holder = make_backend("onednn");
+  auto& be = dynamic_cast<onednn::OnednnBackend&>(*holder);
+  const KxK s = kKxK[state.range(2)];
+  onednn::set_conv_algo(state.range(0) ? onednn::ConvAlgo::matmul : onednn::ConvAlgo::direct);
+  std::mt19937 rng(1);
+  const int64_t N = 32;
+  Tensor x = random_tensor({N, s.C, s.H, s.H}, rng, Layout::NHWC);  // dx for backward data
+  const Tensor w = random_tensor({s.K, s.C, 3, 3}, rng, Layout::NHWC, -0.05f, 0.05f);
+  Tensor y = Tensor::empty({N, s.K, s.H, s.H}, DType::f32, Layout::NHWC);
+  const Conv2dParams p{1, 1};
+  const bool fwd = state.range(1) == 0;
+  auto run = [&] {
+    if (fwd)
+      be.conv2d_fwd(p, x, w, y);
+    else
+      be.conv2d_bwd_data(p, y, w, x);
+    be.synchronize();
+  };
+  run();
+  for (auto _ : state) run();
+  onednn::set_conv_algo(std::nullopt);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * N * s.K * s.C * 9 * s.H * s.H, benchmark::Counter::kIsIterationInvariantRate,
+      benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_Conv3x3TrainF32)
+    ->ArgNames({"own", "pass", "shape"})
+    ->ArgsProduct({{0, 1}, {0, 1}, {1, 3, 5, 7}})
+    ->Unit(benchmark::kMillisecond);
+
 BENCHMARK(BM_Conv3x3InferF32)
     ->ArgNames({"wino", "n", "shape"})
     ->ArgsProduct({{0, 1}, {1, 2, 4, 32}, {1, 3, 5, 7}})

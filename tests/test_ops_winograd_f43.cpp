@@ -13,14 +13,19 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/winograd_f43.h"
+#include "op_backend_fixture.h"
+#include "rn50/backend.h"
 #include "rn50/error.h"
+#include "rn50/profile.h"
 
 namespace rn50::onednn {
 namespace {
@@ -173,6 +178,73 @@ TEST(WinogradF43, PolicyAndErrors) {
   EXPECT_EQ(one.chunk_tiles, 16);
   EXPECT_EQ(one.k_parts, 2);
   EXPECT_EQ(WinogradF43Conv::tiles({2, 8, 8, 7, 9}), 2 * 2 * 3);
+}
+
+// ---------------------------------------------------------------- the training backend
+
+// The oneDNN backend's conv2d_fwd and conv2d_bwd_data on NHWC f32 activations run as our
+// Winograd (conv_winograd.h) under the `matmul` policy on any CPU (and by default on CPUs
+// without AVX-512): both match the float64 reference backend, with OIHW and OHWI weights,
+// outputs pre-filled with NaN; a profile counts one weight transform per call, so the test
+// cannot pass on the direct path. The policy: never with `direct`, never NCHW, bwd_weights,
+// stride 2 or channels that are not multiples of 8.
+TEST(WinogradF43Training, FwdAndBwdDataMatchTheReference) {
+  using namespace rn50::test;
+  const ThreadsScope two(2);
+  set_conv_algo(ConvAlgo::matmul);
+  std::unique_ptr<Backend> be = make_backend("onednn");
+  Backend& ref = ref_backend();
+  std::mt19937_64 rng(20261127);
+  const Conv2dParams p{1, 1};
+  const int64_t C = 16, K = 24;
+  const Tol tol{2e-4, 1e-4};  // Winograd's rounding: ~1e-5 of the outputs' magnitude (~3)
+  // 2 images of 16x13 (partial edge tiles): 32 tiles, 2 chunks of 16 per thread; 16 images of
+  // 2x2 and 24 of 1x3 (one partial tile each, as ResNet's last stage at 64 px and below).
+  for (const auto& [N, H, W] : {std::array<int64_t, 3>{2, 16, 13}, {16, 2, 2}, {24, 1, 3}}) {
+    SCOPED_TRACE("N, H, W = " + std::to_string(N) + ", " + std::to_string(H) + ", " +
+                 std::to_string(W));
+    const Tensor x = random_tensor({N, C, H, W}, rng), dy = random_tensor({N, K, H, W}, rng);
+    const Tensor w = random_tensor({K, C, 3, 3}, rng, -0.5, 0.5);
+    Tensor yr = Tensor::empty({N, K, H, W}, F64), dxr = Tensor::empty({N, C, H, W}, F64);
+    ref.conv2d_fwd(p, ref_input(x, F32, NHWC), ref_input(w, F32, NCHW), yr);
+    ref.conv2d_bwd_data(p, ref_input(dy, F32, NHWC), ref_input(w, F32, NCHW), dxr);
+    for (Layout wl : {NCHW, NHWC}) {
+      SCOPED_TRACE(std::string("weights ") + layout_name(wl));
+      const Tensor xd = upload(*be, x, F32, NHWC), dyd = upload(*be, dy, F32, NHWC);
+      const Tensor wd = upload(*be, w, F32, wl);
+      Tensor y = nan_output(*be, {N, K, H, W}, F32, NHWC);
+      Tensor dx = nan_output(*be, {N, C, H, W}, F32, NHWC);
+      EXPECT_TRUE(conv_as_own_winograd(ConvDir::fwd, p, xd, wd, y));
+      EXPECT_TRUE(conv_as_own_winograd(ConvDir::bwd_data, p, dx, wd, dyd));
+      OpProfiler prof;
+      {
+        OpProfiler::Activation on(prof);
+        be->conv2d_fwd(p, xd, wd, y);
+        be->conv2d_bwd_data(p, dyd, wd, dx);
+      }
+      int64_t transforms = 0;
+      for (const OpProfiler::Row& r : prof.rows())
+        if (r.op == "winograd weight transform") transforms = r.calls;
+      EXPECT_EQ(transforms, 2);
+      EXPECT_TRUE(all_close("conv2d_fwd y", download(*be, y), yr, tol));
+      EXPECT_TRUE(all_close("conv2d_bwd_data dx", download(*be, dx), dxr, tol));
+    }
+  }
+  const int64_t N = 2, H = 16, W = 13;
+  const Tensor xn = Tensor::empty({N, C, H, W}, F32, NCHW);
+  const Tensor yn = Tensor::empty({N, K, H, W}, F32, NCHW);
+  const Tensor xh = Tensor::empty({N, C, H, W}, F32, NHWC);
+  const Tensor yh = Tensor::empty({N, K, H, W}, F32, NHWC);
+  const Tensor wf = Tensor::empty({K, C, 3, 3}, F32);
+  EXPECT_FALSE(conv_as_own_winograd(ConvDir::fwd, p, xn, wf, yn)) << "NCHW";
+  EXPECT_FALSE(conv_as_own_winograd(ConvDir::bwd_weights, p, xh, wf, yh)) << "bwd_weights";
+  EXPECT_FALSE(conv_as_own_winograd(ConvDir::fwd, {2, 1}, xh, wf, yh)) << "stride 2";
+  const Tensor x12 = Tensor::empty({N, 12, H, W}, F32, NHWC);
+  const Tensor w12 = Tensor::empty({K, 12, 3, 3}, F32);
+  EXPECT_FALSE(conv_as_own_winograd(ConvDir::fwd, p, x12, w12, yh)) << "12 channels";
+  set_conv_algo(ConvAlgo::direct);
+  EXPECT_FALSE(conv_as_own_winograd(ConvDir::fwd, p, xh, wf, yh)) << "direct";
+  set_conv_algo(std::nullopt);
 }
 
 }  // namespace

@@ -15,11 +15,14 @@
 // about 1e-6 to 1e-5 in f32; Lavin & Gray, "Fast Algorithms for Convolutional Neural
 // Networks", CVPR 2016). FLOP counts and GFLOP/s stay those of the direct convolution.
 // 1x1 convolutions on NHWC activations may run as oneDNN matmuls instead (bf16 on AMX CPUs by
-// default, backward only; conv_algo.h, conv_matmul.cpp).
+// default, backward only; conv_algo.h, conv_matmul.cpp), and on CPUs without AVX-512, where
+// oneDNN has no Winograd, f32 3x3 stride-1 NHWC convs forward and backward data as our own
+// Winograd (conv_winograd.cpp).
 #include <algorithm>
 
 #include "backend/cpu/conv_im2col.h"
 #include "backend/cpu/conv_matmul.h"
+#include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/onednn_backend.h"
 #include "core/check.h"
 #include "rn50/profile.h"
@@ -188,6 +191,8 @@ void OnednnBackend::conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Ten
                                Tensor& y) {
   const Geo g = conv_geo("conv2d_fwd", p, x, w, y);
   if (conv1x1_as_matmul(ConvDir::fwd, p, x, w, y)) return conv1x1_fwd_matmul(*this, p, x, w, y);
+  if (conv_as_own_winograd(ConvDir::fwd, p, x, w, y))
+    return conv_fwd_own_winograd(*this, p, x, w, y);
   Key k = key(Tag::conv_fwd).add(x).add(w).add(y).add(p.stride).add(p.pad).add(algo_key());
   auto& e = cached<ConvEntry>(k, [&] {
     return with_algorithm(winograd_candidate(p, g), [&](algorithm alg) {
@@ -220,6 +225,8 @@ void OnednnBackend::conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, con
   const Geo g = conv_geo("conv2d_bwd_data", p, dx, w, dy);
   if (conv1x1_as_matmul(ConvDir::bwd_data, p, dx, w, dy))
     return conv1x1_bwd_data_matmul(*this, p, dy, w, dx);
+  if (conv_as_own_winograd(ConvDir::bwd_data, p, dx, w, dy))
+    return conv_bwd_data_own_winograd(*this, p, dy, w, dx);
   Key k =
       key(Tag::conv_bwd_data).add(dy).add(w).add(dx).add(p.stride).add(p.pad).add(algo_key());
   auto& e = cached<ConvEntry>(k, [&] {

@@ -281,6 +281,11 @@ bool conv_im2col_allowed(DType dt, const ConvShapeInfo& s) {
   return s.out_pixels <= 14 * 14;
 }
 
+bool conv_own_winograd_allowed() {
+  const ConvAlgo a = conv_algo();
+  return a == ConvAlgo::matmul || (a == ConvAlgo::automatic && !cpu_has_avx512());
+}
+
 bool infer_blocked_activations_preferred() {
   // rn50 bench infer --precision fp32 --batch-sizes 1,32, ResNet-50 at 224 px, 2-core
   // AVX2-only EPYC, three interleaved pairs (NHWC / nChw8c, img/s): batch 1 10.95 / 15.69,

@@ -268,7 +268,7 @@ class OnednnBackend final : public Backend {
 enum class Tag : int64_t {
   reorder = 1, conv_fwd, conv_bwd_data, conv_bwd_weights, bn_fwd_train, bn_fwd_infer, bn_bwd,
   relu_fwd, relu_bwd, binary, maxpool_fwd, avgpool_fwd, avgpool_bwd, linear_fwd,
-  linear_bwd_data, linear_bwd_weights, conv_matmul, conv_im2col
+  linear_bwd_data, linear_bwd_weights, conv_matmul, conv_im2col, conv_winograd
 };
 /// A key starting with `tag`.
 inline Key key(Tag tag) { Key k; k.add(static_cast<int64_t>(tag)); return k; }

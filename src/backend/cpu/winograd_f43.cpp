@@ -93,9 +93,8 @@ bool WinogradF43Conv::worthwhile(const Shape& s) {
   return rows >= 48 || (s.c * s.k <= 256 * 256 && rows >= kMinChunkTiles);
 }
 
-std::shared_ptr<const std::vector<float>> WinogradF43Conv::transform_weights(const float* w,
-                                                                             int64_t c,
-                                                                             int64_t k) {
+void WinogradF43Conv::transform_weights_into(const float* w, int64_t c, int64_t k,
+                                             WeightOrder order, float* u) {
   // G (6x3), Lavin and Gray's F(4x4, 3x3).
   static constexpr float G[6][3] = {{1.f / 4, 0, 0},
                                     {-1.f / 6, -1.f / 6, -1.f / 6},
@@ -103,20 +102,57 @@ std::shared_ptr<const std::vector<float>> WinogradF43Conv::transform_weights(con
                                     {1.f / 24, 1.f / 12, 1.f / 6},
                                     {1.f / 24, -1.f / 12, 1.f / 6},
                                     {0, 0, 1}};
-  auto u = std::make_shared<std::vector<float>>(static_cast<size_t>(36 * c * k));
-  for (int64_t ko = 0; ko < k; ++ko)
+  // The stored tensor's (K_s, C_s) = (k, c), or (c, k) for the backward-data conv, whose input
+  // channels are the stored output channels.
+  const bool bwd = order == WeightOrder::oihw_bwd_data || order == WeightOrder::ohwi_bwd_data;
+  const bool ohwi = order == WeightOrder::ohwi || order == WeightOrder::ohwi_bwd_data;
+  const int64_t cs = bwd ? k : c;  // the stored tensor's input channels
+  // Blocks of 16 output channels (one cache line of U per (xi, ci)), each thread its own
+  // blocks, the input channels in order within a block (so that the 16 x 9 taps read from w
+  // advance through it in step).
+  constexpr int64_t kB = 16;
+#pragma omp parallel for schedule(static)
+  for (int64_t k0 = 0; k0 < k; k0 += kB)
     for (int64_t ci = 0; ci < c; ++ci) {
-      const float* g = w + (ko * c + ci) * 9;
-      float t[6][3];  // G g
+      const int64_t nl = std::min<int64_t>(kB, k - k0);
+      float g[3][3][kB] = {};  // tap (r, q) of the conv's kernel from output channel k0 + l
+      for (int64_t l = 0; l < nl; ++l) {
+        const int64_t ko = k0 + l;
+        const int64_t so = bwd ? ci : ko, si = bwd ? ko : ci;  // in the stored tensor
+        for (int r = 0; r < 3; ++r)
+          for (int q = 0; q < 3; ++q) {
+            const int rr = bwd ? 2 - r : r, qq = bwd ? 2 - q : q;  // rotated 180 degrees
+            g[r][q][l] = ohwi ? w[((so * 3 + rr) * 3 + qq) * cs + si]
+                              : w[(so * cs + si) * 9 + rr * 3 + qq];
+          }
+      }
+      float t[6][3][kB];  // G g
       for (int i = 0; i < 6; ++i)
         for (int j = 0; j < 3; ++j)
-          t[i][j] = G[i][0] * g[0 * 3 + j] + G[i][1] * g[1 * 3 + j] + G[i][2] * g[2 * 3 + j];
+          for (int l = 0; l < kB; ++l)
+            t[i][j][l] = G[i][0] * g[0][j][l] + G[i][1] * g[1][j][l] + G[i][2] * g[2][j][l];
       for (int i = 0; i < 6; ++i)
-        for (int j = 0; j < 6; ++j)  // (G g) G^T
-          (*u)[static_cast<size_t>(((i * 6 + j) * c + ci) * k + ko)] =
-              t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];
+        for (int j = 0; j < 6; ++j) {  // (G g) G^T
+          float o[kB];
+          for (int l = 0; l < kB; ++l)
+            o[l] = t[i][0][l] * G[j][0] + t[i][1][l] * G[j][1] + t[i][2][l] * G[j][2];
+          std::memcpy(u + ((i * 6 + j) * c + ci) * k + k0, o, static_cast<size_t>(nl) * 4);
+        }
     }
+}
+
+std::shared_ptr<const std::vector<float>> WinogradF43Conv::transform_weights(const float* w,
+                                                                             int64_t c,
+                                                                             int64_t k) {
+  auto u = std::make_shared<std::vector<float>>(static_cast<size_t>(36 * c * k));
+  transform_weights_into(w, c, k, WeightOrder::oihw, u->data());
   return u;
+}
+
+/// Offset of channel block `cb` of image n (its pixel (0, 0)) in an activation of `ch`
+/// channels: nChw8c or NHWC (s.nhwc).
+inline int64_t block_offset(const WinogradF43Conv::Shape& s, int64_t ch, int64_t n, int64_t cb) {
+  return s.nhwc ? n * s.h * s.w * ch + cb * kL : (n * (ch / kL) + cb) * s.h * s.w * kL;
 }
 
 struct WinogradF43Conv::Impl {
@@ -139,15 +175,15 @@ struct WinogradF43Conv::Impl {
 
   /// Tiles [p0, p0 + rows) of x into V (36, rows, C).
   void input_transform(const float* x, int64_t p0, int64_t rows, float* vb) const {
-    const int64_t cb_n = s.c / kL, plane = s.h * s.w * kL;
+    const int64_t cb_n = s.c / kL, ps = s.nhwc ? s.c : kL;  // floats between pixels
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t t = p0 + r, n = t / (th * tw), ty = (t / tw) % th, tx = t % tw;
       const int64_t h0 = ty * 4 - 1, w0 = tx * 4 - 1;
       const bool inside = h0 >= 0 && w0 >= 0 && h0 + 6 <= s.h && w0 + 6 <= s.w;
       for (int64_t cb = 0; cb < cb_n; ++cb) {
-        const float* xb = x + (n * cb_n + cb) * plane;
+        const float* xb = x + block_offset(s, s.c, n, cb);
         float d[6][6][kL];
-        if (inside) {
+        if (inside && !s.nhwc) {
           for (int i = 0; i < 6; ++i)
             std::memcpy(d[i], xb + ((h0 + i) * s.w + w0) * kL, sizeof(d[i]));
         } else {
@@ -157,7 +193,7 @@ struct WinogradF43Conv::Impl {
               if (hh < 0 || hh >= s.h || ww < 0 || ww >= s.w)
                 std::memset(d[i][j], 0, sizeof(d[i][j]));
               else
-                std::memcpy(d[i][j], xb + (hh * s.w + ww) * kL, sizeof(d[i][j]));
+                std::memcpy(d[i][j], xb + (hh * s.w + ww) * ps, sizeof(d[i][j]));
             }
         }
         float t1[6][6][kL];  // B^T d: down the columns
@@ -175,7 +211,7 @@ struct WinogradF43Conv::Impl {
   /// M (36, rows, kt) of tiles [p0, p0 + rows) and output channels [k0, k0 + kt) into y:
   /// A^T m A + bias (+ y), ReLU.
   void output_transform(const float* mb, int64_t p0, int64_t rows, int64_t k0, float* y) const {
-    const int64_t kb_n = s.k / kL, plane = s.h * s.w * kL;
+    const int64_t ps = s.nhwc ? s.k : kL;  // floats between pixels
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t t = p0 + r, n = t / (th * tw), ty = (t / tw) % th, tx = t % tw;
       const int64_t oh = std::min<int64_t>(4, s.h - ty * 4);
@@ -187,17 +223,18 @@ struct WinogradF43Conv::Impl {
                       sizeof(mt[0][0]));
         float t1[4][6][kL];  // A^T m: down the columns
         for (int j = 0; j < 6; ++j) output_row(mt[0][j], 6 * kL, t1[0][j], 6 * kL);
-        float* yb = y + (n * kb_n + kb) * plane;
-        const float* b = bias + kb * kL;
+        float* yb = y + block_offset(s, s.k, n, kb);
+        static constexpr float kZero[kL] = {};
+        const float* b = bias ? bias + kb * kL : kZero;
         for (int i = 0; i < oh; ++i) {
           float o[4][kL];  // (A^T m) A: along row i
           output_row(t1[i][0], kL, o[0], kL);
-          float* yr = yb + ((ty * 4 + i) * s.w + tx * 4) * kL;
+          float* yr = yb + ((ty * 4 + i) * s.w + tx * 4) * ps;
           for (int j = 0; j < ow; ++j)
             for (int l = 0; l < kL; ++l) {
               float val = o[j][l] + b[l];
-              if (accumulate) val += yr[j * kL + l];
-              yr[j * kL + l] = relu ? std::max(0.f, val) : val;
+              if (accumulate) val += yr[j * ps + l];
+              yr[j * ps + l] = relu ? std::max(0.f, val) : val;
             }
         }
       }

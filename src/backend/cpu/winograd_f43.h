@@ -22,7 +22,8 @@ namespace rn50::onednn {
 /// inputs into its own V, runs the 36 products as one oneDNN batched matmul on one core, and
 /// transforms the products straight into Y with the bias, the residual sum and the ReLU, so V
 /// and M stay in the thread's caches.
-///   X: (N, C, H, W) f32 nChw8c;  Y: (N, K, H, W) f32 nChw8c;  C and K multiples of 8.
+///   X: (N, C, H, W) f32 nChw8c;  Y: (N, K, H, W) f32 nChw8c;  C and K multiples of 8
+///   (or both NHWC: Shape::nhwc).
 ///   W: (K, C, 3, 3) f32 OIHW;    b: (K) f32.
 /// 2.25 multiply-adds of the direct conv's 9 per output remain in the products (4x fewer), at
 /// the price of the transforms' memory traffic and of U (36 x C x K floats, 4x W's size), which
@@ -34,7 +35,12 @@ class WinogradF43Conv {
   /// The layer: N images of C channels, H x W pixels in and out, K output channels.
   struct Shape {
     int64_t n = 0, c = 0, k = 0, h = 0, w = 0;
+    bool nhwc = false;  ///< X and Y in NHWC instead of nChw8c (the training backend's layout)
   };
+  /// How transform_weights_into reads its weights: OIHW or OHWI (rn50's KRSC) of the forward
+  /// conv, or the same tensors for the backward-data conv dX = conv(dY, W'), whose weights are
+  /// W transposed and rotated: W'[c][k][r][q] = W[k][c][2 - r][2 - q].
+  enum class WeightOrder { oihw, ohwi, oihw_bwd_data, ohwi_bwd_data };
   /// Most tiles per chunk: V and M of a 512-channel chunk are 4.5 MiB each; the prototype of
   /// this op (oneDNN 2.6 gemm:jit, AVX2) ran 64-tile chunks 1.2-1.35x faster than one
   /// whole-tensor product at ResNet-50's 128- and 256-channel shapes, batch 32.
@@ -44,9 +50,15 @@ class WinogradF43Conv {
   /// 6x6 position xi for every (c, k). Shared by the plans of every batch size of one layer.
   static std::shared_ptr<const std::vector<float>> transform_weights(const float* w, int64_t c,
                                                                      int64_t k);
+  /// U (36, c, k) f32 of the conv with c input and k output channels into `u`, from `w` read
+  /// as `order` says (for the *_bwd_data orders w is the forward conv's (c, k, 3, 3) tensor,
+  /// the forward conv's output channels being this conv's inputs). OpenMP over k.
+  static void transform_weights_into(const float* w, int64_t c, int64_t k, WeightOrder order,
+                                     float* u);
 
   /// Builds the matmul primitives and per-thread buffers for `s`. `u` from transform_weights of
-  /// the layer's weights; `bias` (K floats) is read at run time, not copied. `accumulate` adds
+  /// the layer's weights; `bias` (K floats, or nullptr: none) is read at run time, not copied,
+  /// as is U (it may be transformed again between runs, as training does). `accumulate` adds
   /// Y's previous contents (the residual) before the ReLU. Throws rn50::Error when C or K is not
   /// a multiple of 8, dnnl::error when oneDNN cannot build the matmul.
   WinogradF43Conv(const dnnl::engine& eng, const Shape& s,
