@@ -24,7 +24,8 @@
 //                                  kKxK[shape] at batch 32, NHWC f32: pass 0 forward, 1 backward
 //                                  data; own 0 oneDNN's direct kernel (policy `direct`), 1 our
 //                                  Winograd (policy `matmul`; conv_winograd.h), its weight
-//                                  transform included.
+//                                  transform included; pass 2 the weight gradient, own 0 as
+//                                  im2col + matmuls (conv_im2col.h), 1 our Winograd.
 // Run: build/rn50_bench_micro [--benchmark_filter=Conv] [--benchmark_repetitions=5]
 #include <benchmark/benchmark.h>
 
@@ -36,8 +37,9 @@
 #include <vector>
 
 #include "backend/cpu/conv_algo.h"
-#include "backend/cpu/onednn_backend.h"
+#include "backend/cpu/conv_im2col.h"
 #include "backend/cpu/conv_winograd.h"
+#include "backend/cpu/onednn_backend.h"
 #include "backend/cpu/winograd_f43.h"
 #include "data/decode.h"
 #include "data/rng.h"
@@ -253,14 +255,19 @@ void BM_Conv3x3TrainF32(benchmark::State& state) {
   const int64_t N = 32;
   Tensor x = random_tensor({N, s.C, s.H, s.H}, rng, Layout::NHWC);  // dx for backward data
   const Tensor w = random_tensor({s.K, s.C, 3, 3}, rng, Layout::NHWC, -0.05f, 0.05f);
-  Tensor y = Tensor::empty({N, s.K, s.H, s.H}, DType::f32, Layout::NHWC);
+  Tensor y = random_tensor({N, s.K, s.H, s.H}, rng, Layout::NHWC);  // dy for the backward
   const Conv2dParams p{1, 1};
-  const bool fwd = state.range(1) == 0;
+  const int64_t pass = state.range(1);
+  Tensor dw = Tensor::empty({s.K, s.C, 3, 3}, DType::f32, Layout::NHWC);
   auto run = [&] {
-    if (fwd)
+    if (pass == 0)
       be.conv2d_fwd(p, x, w, y);
-    else
+    else if (pass == 1)
       be.conv2d_bwd_data(p, y, w, x);
+    else if (state.range(0))
+      onednn::conv_bwd_weights_own_winograd(be, p, x, y, dw);
+    else
+      onednn::conv_bwd_weights_im2col(be, p, x, y, dw);
     be.synchronize();
   };
   run();
@@ -272,7 +279,7 @@ void BM_Conv3x3TrainF32(benchmark::State& state) {
 }
 BENCHMARK(BM_Conv3x3TrainF32)
     ->ArgNames({"own", "pass", "shape"})
-    ->ArgsProduct({{0, 1}, {0, 1}, {1, 3, 5, 7}})
+    ->ArgsProduct({{0, 1}, {0, 1, 2}, {1, 3, 5, 7}})
     ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_Conv3x3InferF32)

@@ -247,5 +247,65 @@ TEST(WinogradF43Training, FwdAndBwdDataMatchTheReference) {
   set_conv_algo(std::nullopt);
 }
 
+// The weight gradient (conv_bwd_weights_own_winograd) against the float64 reference backend:
+// three shapes of 64 tiles (partial edge tiles; 2x2 and 1x3 images, one partial tile each),
+// OIHW and OHWI dw pre-filled with NaN, the tiles in 3 chunks (22, 22 and a shorter 20) and in
+// one; the profile's tile-transform row counts the chunks, so the test cannot pass on another
+// path.
+TEST(WinogradF43Training, WeightGradientMatchesTheReference) {
+  using namespace rn50::test;
+  const ThreadsScope two(2);
+  set_conv_algo(ConvAlgo::matmul);
+  std::unique_ptr<Backend> be = make_backend("onednn");
+  Backend& ref = ref_backend();
+  std::mt19937_64 rng(20261128);
+  const Conv2dParams p{1, 1};
+  const int64_t C = 16, K = 24;
+  const Tol tol{2e-4, 1e-4};  // sums of ~1e3 products of values ~1: Winograd's rounding ~1e-5
+  for (const auto& [N, H, W] : {std::array<int64_t, 3>{4, 16, 13}, {64, 2, 2}, {64, 1, 3}}) {
+    SCOPED_TRACE("N, H, W = " + std::to_string(N) + ", " + std::to_string(H) + ", " +
+                 std::to_string(W));
+    const Tensor x = random_tensor({N, C, H, W}, rng), dy = random_tensor({N, K, H, W}, rng);
+    Tensor dwr = Tensor::empty({K, C, 3, 3}, F64);
+    ref.conv2d_bwd_weights(p, ref_input(x, F32, NHWC), ref_input(dy, F32, NHWC), dwr);
+    const size_t row_bytes = 36 * (C + K) * sizeof(float);
+    for (const size_t chunk_bytes : {row_bytes * 24, size_t{16} << 20})
+      for (Layout wl : {NCHW, NHWC}) {
+        SCOPED_TRACE(std::string("dw ") + layout_name(wl) + ", chunk bytes " +
+                     std::to_string(chunk_bytes));
+        set_winograd_wgrad_chunk_bytes(chunk_bytes);
+        const Tensor xd = upload(*be, x, F32, NHWC), dyd = upload(*be, dy, F32, NHWC);
+        Tensor dw = nan_output(*be, {K, C, 3, 3}, F32, wl);
+        EXPECT_TRUE(conv_bwd_weights_as_own_winograd(p, xd, dw, dyd));
+        OpProfiler prof;
+        {
+          OpProfiler::Activation on(prof);
+          be->conv2d_bwd_weights(p, xd, dyd, dw);
+        }
+        int64_t chunks = 0;
+        for (const OpProfiler::Row& r : prof.rows())
+          if (r.op == "winograd tiles (conv bwd_weights)") chunks = r.calls;
+        EXPECT_EQ(chunks, chunk_bytes == row_bytes * 24 ? 3 : 1);
+        EXPECT_TRUE(all_close("conv2d_bwd_weights dw", download(*be, dw), dwr, tol));
+      }
+  }
+  set_winograd_wgrad_chunk_bytes(std::nullopt);
+  // Not for fewer than 64 tiles, NCHW, stride 2, or with the direct policy.
+  const Tensor xs = Tensor::empty({1, C, 8, 8}, F32, NHWC);
+  const Tensor dys = Tensor::empty({1, K, 8, 8}, F32, NHWC);
+  const Tensor dwf = Tensor::empty({K, C, 3, 3}, F32);
+  EXPECT_FALSE(conv_bwd_weights_as_own_winograd(p, xs, dwf, dys)) << "4 tiles";
+  const Tensor xh = Tensor::empty({64, C, 4, 4}, F32, NHWC);
+  const Tensor dyh = Tensor::empty({64, K, 4, 4}, F32, NHWC);
+  EXPECT_TRUE(conv_bwd_weights_as_own_winograd(p, xh, dwf, dyh));
+  const Tensor xn = Tensor::empty({64, C, 4, 4}, F32, NCHW);
+  const Tensor dyn = Tensor::empty({64, K, 4, 4}, F32, NCHW);
+  EXPECT_FALSE(conv_bwd_weights_as_own_winograd(p, xn, dwf, dyn)) << "NCHW";
+  EXPECT_FALSE(conv_bwd_weights_as_own_winograd({2, 1}, xh, dwf, dyh)) << "stride 2";
+  set_conv_algo(ConvAlgo::direct);
+  EXPECT_FALSE(conv_bwd_weights_as_own_winograd(p, xh, dwf, dyh)) << "direct";
+  set_conv_algo(std::nullopt);
+}
+
 }  // namespace
 }  // namespace rn50::onednn

@@ -16,7 +16,7 @@
 // Networks", CVPR 2016). FLOP counts and GFLOP/s stay those of the direct convolution.
 // 1x1 convolutions on NHWC activations may run as oneDNN matmuls instead (bf16 on AMX CPUs by
 // default, backward only; conv_algo.h, conv_matmul.cpp), and on CPUs without AVX-512, where
-// oneDNN has no Winograd, f32 3x3 stride-1 NHWC convs forward and backward data as our own
+// oneDNN has no Winograd, f32 3x3 stride-1 NHWC convs in all three directions as our own
 // Winograd (conv_winograd.cpp).
 #include <algorithm>
 
@@ -263,6 +263,8 @@ void OnednnBackend::conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, c
   const Geo g = conv_geo("conv2d_bwd_weights", p, x, dw, dy);
   if (conv1x1_as_matmul(ConvDir::bwd_weights, p, x, dw, dy))
     return conv1x1_bwd_weights_matmul(*this, p, x, dy, dw);
+  if (conv_bwd_weights_as_own_winograd(p, x, dw, dy))
+    return conv_bwd_weights_own_winograd(*this, p, x, dy, dw);
   if (conv_bwd_weights_as_im2col(p, x, dw, dy)) return conv_bwd_weights_im2col(*this, p, x, dy, dw);
   Key k = key(Tag::conv_bwd_weights).add(x).add(dy).add(dw).add(p.stride).add(p.pad).add(
       algo_key());

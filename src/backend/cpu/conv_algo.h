@@ -20,8 +20,9 @@ namespace rn50::onednn {
 ///    or fewer as im2col + matmuls on AMX CPUs (1.5-4x the direct kernel; conv_im2col.cpp), and
 ///    the f32 weight gradient of every KxK NHWC conv as im2col + matmuls on CPUs without
 ///    AVX-512 (1.3-2.1x oneDNN's jit:avx2 kernel at ResNet-50's shapes; no Winograd there), and
-///    there the forward and backward data of f32 3x3 stride-1 NHWC convs as our own Winograd
-///    F(4x4, 3x3) on oneDNN's batched matmul (conv_winograd.cpp) where it has enough tiles.
+///    there f32 3x3 stride-1 NHWC convs as our own Winograd F(4x4, 3x3) on oneDNN's batched
+///    matmul (conv_winograd.cpp) where it has enough tiles, in all three directions (the weight
+///    gradient then not as im2col).
 ///  * direct: neither (every conv is oneDNN's direct convolution; the torchvision parity test).
 ///  * matmul: as auto, and 1x1 NHWC convs as matmuls in all three directions, and every KxK
 ///    NHWC conv's weight gradient as im2col + matmuls, in f32 and bf16 on every CPU, and our own
@@ -65,10 +66,10 @@ bool conv_im2col_allowed(DType dt, const ConvShapeInfo& s);
 /// `direct`.
 bool conv1x1_matmul_allowed(DType dt, ConvDir dir);
 
-/// Whether the training backend's f32 3x3 stride-1 convs on NHWC activations may run forward
-/// and backward-data as our own Winograd F(4x4, 3x3) (conv_winograd.h): with `automatic` on CPUs
-/// without AVX-512 (where oneDNN has no Winograd), always with `matmul` (so that the tests run
-/// it on any CPU), never with `direct`.
+/// Whether the training backend's f32 3x3 stride-1 convs on NHWC activations may run forward,
+/// backward-data and backward-weights as our own Winograd F(4x4, 3x3) (conv_winograd.h): with
+/// `automatic` on CPUs without AVX-512 (where oneDNN has no Winograd), always with `matmul` (so
+/// that the tests run it on any CPU), never with `direct`.
 bool conv_own_winograd_allowed();
 
 /// Whether the CPU inference engine's f32 activations are best kept in oneDNN's blocked

@@ -6,11 +6,18 @@
 // 1.2-2.8x faster at batch 32 (winograd_f43.cpp). The backward-data conv of a stride-1 pad-1
 // 3x3 conv is itself one, with the weights transposed and rotated, so one op serves both. The
 // weights change every step: U is transformed from them on every call (36 x C x K floats,
-// about 1/300 of the conv's work at ResNet-50's batch 32). Results differ from the direct
-// convolution by rounding only.
+// about 1/300 of the conv's work at ResNet-50's batch 32). The weight gradient is the same
+// algorithm transposed (winograd_f43.h, weight_grad_from_products): the input tiles' V as in
+// the forward, the output gradient's tiles through A instead of A^T, their 36 products summed
+// over all tiles by one batched matmul per chunk, and G^T M G at the end. Results differ from
+// the direct convolution by rounding only.
 #include "backend/cpu/conv_winograd.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/cpu/winograd_f43.h"
@@ -18,9 +25,21 @@
 
 namespace rn50::onednn {
 
+using dnnl::memory;
+
 namespace {
 
+size_t g_wgrad_chunk_override = 0;  ///< set_winograd_wgrad_chunk_bytes (0: none)
+
+/// Bytes of V and Z per chunk of the weight gradient's tiles: the chunk's transforms are
+/// written and then read by the products while they still sit in the caches (L3 here)...
+constexpr size_t kWgradChunkBytes = size_t{16} << 20;
+/// ... but at least this many tiles per chunk: every chunk's products read and write all of M
+/// (36 C K floats, 38 MiB at 512 channels), 8 bytes per 2 x rows FLOPs of each element.
+constexpr int64_t kWgradMinChunkTiles = 128;
+
 constexpr ProfileOp kWinoWeights{"winograd weight transform", "reorder", "-"};
+constexpr ProfileOp kWinoWgradTiles{"winograd tiles (conv bwd_weights)", "reorder", "bwd_weights"};
 
 /// A conv direction's op and its transformed-weights buffer (written on every call).
 struct WinoEntry : CacheEntry {
@@ -64,10 +83,59 @@ void run(OnednnBackend& be, ConvDir dir, const Tensor& in, const Tensor& w, Tens
   e.conv->run(in.data_as<const float>(), out.data_as<float>());
 }
 
+/// The weight gradient's products of a chunk of `rows` tiles: M (36, C, K) = V^T Z, or += with
+/// `accumulate` (oneDNN's sum post-op), with V (36, rows, C) read transposed and Z (36, rows,
+/// K), all f32.
+Exec make_wgrad_matmul(OnednnBackend& be, int64_t c, int64_t k, int64_t rows, bool accumulate) {
+  const memory::desc a({36, c, rows}, memory::data_type::f32, memory::dims{rows * c, 1, c});
+  const memory::desc b({36, rows, k}, memory::data_type::f32, memory::format_tag::abc);
+  const memory::desc m({36, c, k}, memory::data_type::f32, memory::format_tag::abc);
+  dnnl::primitive_attr attr = OnednnBackend::attr();
+  if (accumulate) {
+    dnnl::post_ops po;
+    po.append_sum(1.f);
+    attr.set_post_ops(po);
+  }
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, m), attr, be.engine());
+  return be.make_exec(pd, dnnl::matmul(pd),
+                      {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, m}});
+}
+
+/// The weight gradient of one shape: its chunks of tiles and their products (the first chunk's
+/// writes M, the others' add to it).
+struct WgradEntry : CacheEntry {
+  WinogradF43Conv::Shape s;
+  int64_t tiles = 0, chunk = 0, chunks = 0, tail = 0;
+  Exec mm_first, mm, mm_tail;
+};
+
+WgradEntry& wgrad_entry_for(OnednnBackend& be, const Tensor& x, const Tensor& dy,
+                            const Tensor& dw) {
+  const size_t chunk_bytes = g_wgrad_chunk_override ? g_wgrad_chunk_override : kWgradChunkBytes;
+  Key k = key(Tag::conv_winograd).add(static_cast<int64_t>(ConvDir::bwd_weights)).add(x).add(
+      dy).add(dw).add(static_cast<int64_t>(chunk_bytes));
+  return be.cached<WgradEntry>(k, [&] {
+    auto e = std::make_unique<WgradEntry>();
+    e->s = shape_of(ConvDir::fwd, x, dy);
+    const WinogradF43Conv::Shape& s = e->s;
+    e->tiles = WinogradF43Conv::tiles(s);
+    const int64_t row_bytes = 36 * (s.c + s.k) * static_cast<int64_t>(sizeof(float));
+    const int64_t most = std::max<int64_t>(g_wgrad_chunk_override ? 1 : kWgradMinChunkTiles,
+                                           static_cast<int64_t>(chunk_bytes) / row_bytes);
+    e->chunks = (e->tiles + most - 1) / most;
+    e->chunk = (e->tiles + e->chunks - 1) / e->chunks;  // even chunks, the last no longer
+    e->tail = e->tiles - (e->chunks - 1) * e->chunk;
+    e->mm_first = make_wgrad_matmul(be, s.c, s.k, e->chunk, false);
+    if (e->chunks > 1) e->mm = make_wgrad_matmul(be, s.c, s.k, e->chunk, true);
+    if (e->tail != e->chunk) e->mm_tail = make_wgrad_matmul(be, s.c, s.k, e->tail, true);
+    return e;
+  });
+}
+
 }  // namespace
 
 bool conv_as_own_winograd(ConvDir dir, const Conv2dParams& p, const Tensor& act, const Tensor& w,
-                          const Tensor& out) {
+                          const Tensor& out, bool check_worthwhile) {
   if (dir == ConvDir::bwd_weights || w.ndim() != 4 || w.h() != 3 || w.w() != 3 ||
       p.stride != 1 || p.pad != 1 || act.ndim() != 4 || out.ndim() != 4 ||
       act.dtype() != DType::f32 || w.dtype() != DType::f32 || out.dtype() != DType::f32 ||
@@ -75,7 +143,7 @@ bool conv_as_own_winograd(ConvDir dir, const Conv2dParams& p, const Tensor& act,
       out.c() % 8 != 0 || act.h() != out.h() || act.w() != out.w() ||
       !conv_own_winograd_allowed())
     return false;
-  return WinogradF43Conv::worthwhile(shape_of(dir, act, out));
+  return !check_worthwhile || WinogradF43Conv::worthwhile(shape_of(dir, act, out));
 }
 
 void conv_fwd_own_winograd(OnednnBackend& be, const Conv2dParams&, const Tensor& x,
@@ -86,6 +154,53 @@ void conv_fwd_own_winograd(OnednnBackend& be, const Conv2dParams&, const Tensor&
 void conv_bwd_data_own_winograd(OnednnBackend& be, const Conv2dParams&, const Tensor& dy,
                                 const Tensor& w, Tensor& dx) {
   run(be, ConvDir::bwd_data, dy, w, dx, dx, dy);
+}
+
+void set_winograd_wgrad_chunk_bytes(std::optional<size_t> bytes) {
+  g_wgrad_chunk_override = bytes.value_or(0);
+}
+
+bool conv_bwd_weights_as_own_winograd(const Conv2dParams& p, const Tensor& x, const Tensor& dw,
+                                      const Tensor& dy) {
+  if (!conv_as_own_winograd(ConvDir::fwd, p, x, dw, dy, /*check_worthwhile=*/false)) return false;
+  return WinogradF43Conv::weight_grad_worthwhile(shape_of(ConvDir::fwd, x, dy));
+}
+
+void conv_bwd_weights_own_winograd(OnednnBackend& be, const Conv2dParams&, const Tensor& x,
+                                   const Tensor& dy, Tensor& dw) {
+  WgradEntry& e = wgrad_entry_for(be, x, dy, dw);
+  const WinogradF43Conv::Shape& s = e.s;
+  const size_t m_bytes = WinogradF43Conv::weight_bytes(s);
+  auto* m = static_cast<float*>(be.scratch(kScratchWeights, m_bytes));
+  auto* v = static_cast<float*>(
+      be.scratch(kScratchAct0, static_cast<size_t>(36 * e.chunk * s.c) * sizeof(float)));
+  auto* z = static_cast<float*>(
+      be.scratch(kScratchAct1, static_cast<size_t>(36 * e.chunk * s.k) * sizeof(float)));
+  const auto* xp = x.data_as<const float>();
+  const auto* dyp = dy.data_as<const float>();
+  for (int64_t ch = 0; ch < e.chunks; ++ch) {
+    const int64_t p0 = ch * e.chunk, rows = ch + 1 == e.chunks ? e.tail : e.chunk;
+    {
+      OpProfiler::Scope timed(kWinoWgradTiles, 0,
+                              static_cast<double>(36 * rows * (s.c + s.k)) * sizeof(float),
+                              nullptr);
+#pragma omp parallel
+      {  // each thread its share of the chunk's tiles
+        const int64_t nthr = omp_get_num_threads(), t = omp_get_thread_num();
+        const int64_t a = rows * t / nthr, b = rows * (t + 1) / nthr;
+        WinogradF43Conv::transform_input_tiles(s, xp, p0 + a, b - a, v + a * s.c, rows);
+        WinogradF43Conv::transform_output_grad_tiles(s, dyp, p0 + a, b - a, z + a * s.k, rows);
+      }
+    }
+    Exec& mm = ch == 0 ? e.mm_first : rows == e.chunk ? e.mm : e.mm_tail;
+    mm.set(DNNL_ARG_SRC, v);
+    mm.set(DNNL_ARG_WEIGHTS, z);
+    mm.set(DNNL_ARG_DST, m);
+    be.run(mm);
+  }
+  using Order = WinogradF43Conv::WeightOrder;
+  WinogradF43Conv::weight_grad_from_products(
+      m, s.c, s.k, dw.layout() == Layout::NHWC ? Order::ohwi : Order::oihw, dw.data_as<float>());
 }
 
 }  // namespace rn50::onednn

@@ -1,6 +1,10 @@
 // rn50: f32 3x3 stride-1 convolutions of the training backend on NHWC activations as our own
-// Winograd F(4x4, 3x3) (winograd_f43.h), forward and backward data (see conv_winograd.cpp).
+// Winograd F(4x4, 3x3) (winograd_f43.h): forward, backward data and the weight gradient (see
+// conv_winograd.cpp).
 #pragma once
+
+#include <cstddef>
+#include <optional>
 
 #include "backend/cpu/conv_algo.h"
 #include "backend/cpu/onednn_backend.h"
@@ -11,9 +15,10 @@ namespace rn50::onednn {
 /// `act` (x or dx, N,C,H,W), weights `w` (K,C,3,3) and output-side activation `out` (y or dy)
 /// runs as our Winograd: f32, 3x3, stride 1, pad 1, both activations 4-D NHWC, C and K
 /// multiples of 8, conv_own_winograd_allowed (conv_algo.h) and WinogradF43Conv::worthwhile for
-/// the shape the direction computes. Never for bwd_weights.
+/// the shape the direction computes (unless `check_worthwhile` is false). Never for
+/// bwd_weights (conv_bwd_weights_as_own_winograd).
 bool conv_as_own_winograd(ConvDir dir, const Conv2dParams& p, const Tensor& act, const Tensor& w,
-                          const Tensor& out);
+                          const Tensor& out, bool check_worthwhile = true);
 
 /// y (N,K,H,W) = conv3x3(x (N,C,H,W), w (K,C,3,3)), stride 1, zero padding 1; x, y NHWC f32,
 /// w OIHW or OHWI. The weights are transformed on every call (training changes them).
@@ -25,5 +30,23 @@ void conv_fwd_own_winograd(OnednnBackend& be, const Conv2dParams& p, const Tenso
 /// W[k][c][2-r][2-q].
 void conv_bwd_data_own_winograd(OnednnBackend& be, const Conv2dParams& p, const Tensor& dy,
                                 const Tensor& w, Tensor& dx);
+
+/// Whether the weight gradient of the conv with params `p` between x (N,C,H,W), dw (K,C,3,3)
+/// and dy (N,K,H,W) runs as our Winograd: the forward conv's conditions above and
+/// WinogradF43Conv::weight_grad_worthwhile.
+bool conv_bwd_weights_as_own_winograd(const Conv2dParams& p, const Tensor& x, const Tensor& dw,
+                                      const Tensor& dy);
+/// dw (K,C,3,3; OIHW or OHWI, f32) = the weight gradient of y = conv3x3(x, w), stride 1, zero
+/// padding 1, from x (N,C,H,W) and dy (N,K,H,W), both NHWC f32, as Winograd F(4x4, 3x3)'s
+/// transpose: per chunk of 4x4 tiles, V = B^T d B of x's 6x6 tiles and Z = A g A^T of dy's 4x4
+/// tiles (all threads), then M (36, C, K) += V^T Z (one oneDNN batched matmul, sum post-op);
+/// at the end dW[k][c] = G^T M[., c, k] G (winograd_f43.h). Shapes checked by the caller.
+void conv_bwd_weights_own_winograd(OnednnBackend& be, const Conv2dParams& p, const Tensor& x,
+                                   const Tensor& dy, Tensor& dw);
+
+/// Overrides the weight gradient's chunk size (bytes of V and Z per chunk of tiles) for this
+/// process: the tests use it to run several chunks and a shorter last one on small shapes;
+/// std::nullopt restores the default.
+void set_winograd_wgrad_chunk_bytes(std::optional<size_t> bytes);
 
 }  // namespace rn50::onednn

@@ -1,5 +1,6 @@
 // rn50: an f32 3x3 stride-1 pad-1 convolution as Winograd F(4x4, 3x3) on oneDNN's batched matmul,
-// for CPUs where oneDNN has no Winograd kernel (see winograd_f43.cpp). Inference only.
+// for CPUs where oneDNN has no Winograd kernel (see winograd_f43.cpp), and the transforms of
+// its weight gradient (the driver: conv_winograd.cpp).
 #pragma once
 
 #include <cstddef>
@@ -56,6 +57,24 @@ class WinogradF43Conv {
   static void transform_weights_into(const float* w, int64_t c, int64_t k, WeightOrder order,
                                      float* u);
 
+  /// The input transform of tiles [p0, p0 + rows) of x (N, C, H, W, nChw8c or NHWC as s says):
+  /// V = B^T d B of each tile's 6x6 input d (zero outside the image) into v, the row of tile
+  /// p0 + r at position xi being v[(xi * ld + r) * C ...] (ld >= rows rows per position).
+  static void transform_input_tiles(const Shape& s, const float* x, int64_t p0, int64_t rows,
+                                    float* v, int64_t ld);
+  /// The weight gradient's transform of the output gradient dy (N, K, H, W, s's layout): Z = A
+  /// g A^T of each 4x4 tile g of tiles [p0, p0 + rows) (zero outside the image; A = (A^T)^T)
+  /// into z, laid out as transform_input_tiles's v with K channels.
+  static void transform_output_grad_tiles(const Shape& s, const float* dy, int64_t p0,
+                                          int64_t rows, float* z, int64_t ld);
+  /// The weight gradient dW (K, C, 3, 3) f32, `order` oihw or ohwi, from the products M (36, C,
+  /// K) f32 = sum over all tiles of V[xi]^T Z[xi]: dW[k][c] = G^T M[., c, k] G. Since the
+  /// forward tile is A^T (U . V) A with U = G g G^T, the chain rule gives dU = (A dY A^T) . V
+  /// and dg = G^T dU G (Lavin and Gray's matrices). OpenMP over c. Throws rn50::Error for
+  /// another order.
+  static void weight_grad_from_products(const float* m, int64_t c, int64_t k, WeightOrder order,
+                                        float* dw);
+
   /// Builds the matmul primitives and per-thread buffers for `s`. `u` from transform_weights of
   /// the layer's weights; `bias` (K floats, or nullptr: none) is read at run time, not copied,
   /// as is U (it may be transformed again between runs, as training does). `accumulate` adds
@@ -95,6 +114,9 @@ class WinogradF43Conv {
   /// process's OpenMP threads (see the definition for the measurements): chunks with enough
   /// tiles that reading U is amortised. False unless C and K are multiples of 8.
   static bool worthwhile(const Shape& s);
+  /// Whether the weight gradient (conv_winograd.h) is expected to beat im2col + matmuls for `s`
+  /// (see the definition for the measurements). False unless C and K are multiples of 8.
+  static bool weight_grad_worthwhile(const Shape& s);
   /// Bytes of U (36 x C x K floats).
   static size_t weight_bytes(const Shape& s) {
     return 36 * static_cast<size_t>(s.c) * static_cast<size_t>(s.k) * sizeof(float);
