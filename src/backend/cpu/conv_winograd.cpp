@@ -65,8 +65,11 @@ WinoEntry& entry_for(OnednnBackend& be, ConvDir dir, const Tensor& act, const Te
   });
 }
 
-void run(OnednnBackend& be, ConvDir dir, const Tensor& in, const Tensor& w, Tensor& out,
-         const Tensor& act, const Tensor& o) {
+/// One direction's conv from `in` into `out` (fwd: x -> y; bwd_data: dy -> dx).
+void run(OnednnBackend& be, ConvDir dir, const Tensor& in, const Tensor& w, Tensor& out) {
+  const bool fwd = dir == ConvDir::fwd;
+  const Tensor& act = fwd ? in : out;  // x or dx
+  const Tensor& o = fwd ? out : in;    // y or dy
   WinoEntry& e = entry_for(be, dir, act, w, o);
   const WinogradF43Conv::Shape s = shape_of(dir, act, o);
   const bool ohwi = w.layout() == Layout::NHWC;
@@ -148,12 +151,12 @@ bool conv_as_own_winograd(ConvDir dir, const Conv2dParams& p, const Tensor& act,
 
 void conv_fwd_own_winograd(OnednnBackend& be, const Conv2dParams&, const Tensor& x,
                            const Tensor& w, Tensor& y) {
-  run(be, ConvDir::fwd, x, w, y, x, y);
+  run(be, ConvDir::fwd, x, w, y);
 }
 
 void conv_bwd_data_own_winograd(OnednnBackend& be, const Conv2dParams&, const Tensor& dy,
                                 const Tensor& w, Tensor& dx) {
-  run(be, ConvDir::bwd_data, dy, w, dx, dx, dy);
+  run(be, ConvDir::bwd_data, dy, w, dx);
 }
 
 void set_winograd_wgrad_chunk_bytes(std::optional<size_t> bytes) {
