@@ -20,8 +20,8 @@
 //                                  5, 7) at batch n, f32 nChw8c, bias + ReLU: wino 0 oneDNN's
 //                                  direct kernel, 1 our Winograd F(4x4, 3x3) (winograd_f43.h).
 //                                  What WinogradF43Conv::worthwhile's tile rule comes from.
-//   BM_Conv3x3TrainF32/<own>/<pass>/<shape>  the oneDNN backend's 3x3 stride-1 conv of
-//                                  kKxK[shape] at batch 32, NHWC f32: pass 0 forward, 1 backward
+//   BM_Conv3x3TrainF32/<own>/<pass>/<n>/<shape>  the oneDNN backend's 3x3 stride-1 conv of
+//                                  kKxK[shape] at batch n, NHWC f32: pass 0 forward, 1 backward
 //                                  data; own 0 oneDNN's direct kernel (policy `direct`), 1 our
 //                                  Winograd (policy `matmul`; conv_winograd.h), its weight
 //                                  transform included; pass 2 the weight gradient, own 0 as
@@ -245,14 +245,15 @@ void BM_Conv3x3InferF32(benchmark::State& state) {
       benchmark::Counter::kIs1000);
 }
 /// The training backend's forward (range(1) = 0) or backward-data (1) 3x3 stride-1 conv of
-/// kKxK[range(2)] at batch 32, NHWC f32, direct (range(0) = 0) or our Winograd (1).
+/// kKxK[range(3)] at batch range(2), NHWC f32, direct (range(0) = 0) or our Winograd (1); the
+/// weight gradient (range(1) = 2) as im2col + matmuls (0) or our Winograd (1).
 void BM_Conv3x3TrainF32(benchmark::State& state) {
   std::unique_ptr<Backend> holder = make_backend("onednn");
   auto& be = dynamic_cast<onednn::OnednnBackend&>(*holder);
-  const KxK s = kKxK[state.range(2)];
+  const KxK s = kKxK[state.range(3)];
   onednn::set_conv_algo(state.range(0) ? onednn::ConvAlgo::matmul : onednn::ConvAlgo::direct);
   std::mt19937 rng(1);
-  const int64_t N = 32;
+  const int64_t N = state.range(2);
   Tensor x = random_tensor({N, s.C, s.H, s.H}, rng, Layout::NHWC);  // dx for backward data
   const Tensor w = random_tensor({s.K, s.C, 3, 3}, rng, Layout::NHWC, -0.05f, 0.05f);
   Tensor y = random_tensor({N, s.K, s.H, s.H}, rng, Layout::NHWC);  // dy for the backward
@@ -278,8 +279,9 @@ void BM_Conv3x3TrainF32(benchmark::State& state) {
       benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_Conv3x3TrainF32)
-    ->ArgNames({"own", "pass", "shape"})
-    ->ArgsProduct({{0, 1}, {0, 1, 2}, {1, 3, 5, 7}})
+    ->ArgNames({"own", "pass", "n", "shape"})
+    ->ArgsProduct({{0, 1}, {0, 1, 2}, {32}, {1, 3, 5, 7}})
+    ->ArgsProduct({{0, 1}, {2}, {1, 2, 4, 8, 16}, {1, 3, 5, 7}})
     ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_Conv3x3InferF32)

@@ -290,7 +290,15 @@ TEST(WinogradF43Training, WeightGradientMatchesTheReference) {
       }
   }
   set_winograd_wgrad_chunk_bytes(std::nullopt);
-  // Not for fewer than 64 tiles, NCHW, stride 2, or with the direct policy.
+  // The measured rule (winograd_f43.cpp): 48 tiles, 96 for layers wider than 256 x 256.
+  using S = WinogradF43Conv::Shape;
+  EXPECT_TRUE(WinogradF43Conv::weight_grad_worthwhile(S{1, 128, 128, 28, 28}));  // 49 tiles
+  EXPECT_FALSE(WinogradF43Conv::weight_grad_worthwhile(S{2, 256, 256, 14, 14}));  // 32
+  EXPECT_TRUE(WinogradF43Conv::weight_grad_worthwhile(S{4, 256, 256, 14, 14}));
+  EXPECT_FALSE(WinogradF43Conv::weight_grad_worthwhile(S{16, 512, 512, 7, 7}));  // 64
+  EXPECT_TRUE(WinogradF43Conv::weight_grad_worthwhile(S{32, 512, 512, 7, 7}));
+  EXPECT_FALSE(WinogradF43Conv::weight_grad_worthwhile(S{32, 12, 16, 56, 56})) << "12 channels";
+  // Not for fewer tiles, NCHW, stride 2, or with the direct policy.
   const Tensor xs = Tensor::empty({1, C, 8, 8}, F32, NHWC);
   const Tensor dys = Tensor::empty({1, K, 8, 8}, F32, NHWC);
   const Tensor dwf = Tensor::empty({K, C, 3, 3}, F32);

@@ -116,12 +116,18 @@ bool WinogradF43Conv::worthwhile(const Shape& s) {
   return rows >= 48 || (s.c * s.k <= 256 * 256 && rows >= kMinChunkTiles);
 }
 
-// bench_micro's BM_Conv3x3TrainF32/<own>/pass:2 on a 2-core AVX2 EPYC, batch 32, ms per call,
-// im2col + matmuls / this (one run): 64ch 56x56 108 / 64.7, 128ch 28x28 117 / 42.8, 256ch
-// 14x14 71.0 / 37.6, 512ch 7x7 97.9 / 64.3. Not measured below batch 32 yet: the 64-tile rule
-// is a guess (enough tiles for the products' reduction).
+// bench_micro's BM_Conv3x3TrainF32/<own>/pass:2/<n> on a 2-core AVX2 EPYC, ms per call,
+// im2col + matmuls / this. Batch 32 (one run): 64ch 56x56 108 / 64.7, 128ch 28x28 117 / 42.8,
+// 256ch 14x14 71.0 / 37.6, 512ch 7x7 97.9 / 64.3. Small batches (medians of 3): 64ch 56x56
+// n 1 (196 tiles) 2.08 / 1.14; 128ch 28x28 n 1 (49 tiles) 2.63 / 1.58; 256ch 14x14 n 1 (16)
+// 2.55 / 4.48, n 2 (32) 4.68 / 5.54, n 4 (64) 10.1 / 7.83; 512ch 7x7 n 8 (32) 17.8 / 24.0,
+// n 16 (64) 34.5 / 32.5, n 32 (128) 70.6 / 64.0. This one's fixed cost grows with C x K (M is
+// 36 C K floats, written and transformed whatever the tile count), so the widest layers need
+// more tiles before it pays.
 bool WinogradF43Conv::weight_grad_worthwhile(const Shape& s) {
-  return s.c % kL == 0 && s.k % kL == 0 && tiles(s) >= 64;
+  if (s.c % kL != 0 || s.k % kL != 0) return false;
+  const int64_t n = tiles(s);
+  return n >= 48 && (s.c * s.k <= 256 * 256 || n >= 96);
 }
 
 void WinogradF43Conv::transform_weights_into(const float* w, int64_t c, int64_t k,
@@ -246,31 +252,40 @@ void WinogradF43Conv::weight_grad_from_products(const float* m, int64_t c, int64
                                                 WeightOrder order, float* dw) {
   RN50_CHECK(order == WeightOrder::oihw || order == WeightOrder::ohwi,
              "winograd: the weight gradient is written OIHW or OHWI");
+  RN50_CHECK(k % kL == 0, "winograd: the weight gradient needs a multiple of 8 output channels");
   const bool ohwi = order == WeightOrder::ohwi;
-  constexpr int64_t kB = 16;  // output channels at a time (contiguous in M)
+  // The 36 rows of M of one (ci, block of up to kB output channels) are copied out whole first:
+  // read kL channels at a time, those rows, C x K floats apart (a multiple of 4 KiB at ResNet's
+  // widths), fall into one cache set and evict each other before the next kL channels are read.
+  constexpr int64_t kB = 64;
 #pragma omp parallel for schedule(static)
   for (int64_t ci = 0; ci < c; ++ci)
-    for (int64_t k0 = 0; k0 < k; k0 += kB) {
-      const int64_t nl = std::min<int64_t>(kB, k - k0);
-      float mt[6][6][kB] = {};
+    for (int64_t kb = 0; kb < k; kb += kB) {
+      const int64_t nb = std::min(kB, k - kb);
+      alignas(64) float mt[36][kB];
       for (int xi = 0; xi < 36; ++xi)
-        std::memcpy(mt[xi / 6][xi % 6], m + (xi * c + ci) * k + k0, static_cast<size_t>(nl) * 4);
-      float t[3][6][kB];  // G^T m
-      for (int r = 0; r < 3; ++r)
-        for (int j = 0; j < 6; ++j)
-          for (int l = 0; l < kB; ++l) {
-            float a = 0;
-            for (int i = 0; i < 6; ++i) a += kG[i][r] * mt[i][j][l];
-            t[r][j][l] = a;
+        std::memcpy(mt[xi], m + (xi * c + ci) * k + kb, static_cast<size_t>(nb) * sizeof(float));
+      for (int64_t k0 = 0; k0 < nb; k0 += kL) {
+        float t[3][6][kL];  // G^T m
+        for (int j = 0; j < 6; ++j) {
+          float a[3][kL] = {};
+          for (int i = 0; i < 6; ++i)
+            for (int r = 0; r < 3; ++r)
+              for (int l = 0; l < kL; ++l) a[r][l] += kG[i][r] * mt[i * 6 + j][k0 + l];
+          for (int r = 0; r < 3; ++r)
+            for (int l = 0; l < kL; ++l) t[r][j][l] = a[r][l];
+        }
+        for (int r = 0; r < 3; ++r)
+          for (int q = 0; q < 3; ++q) {
+            float a[kL] = {};  // (G^T m) G
+            for (int j = 0; j < 6; ++j)
+              for (int l = 0; l < kL; ++l) a[l] += t[r][j][l] * kG[j][q];
+            for (int l = 0; l < kL; ++l) {
+              const int64_t ko = kb + k0 + l;
+              dw[ohwi ? ((ko * 3 + r) * 3 + q) * c + ci : (ko * c + ci) * 9 + r * 3 + q] = a[l];
+            }
           }
-      for (int r = 0; r < 3; ++r)
-        for (int q = 0; q < 3; ++q)
-          for (int64_t l = 0; l < nl; ++l) {  // (G^T m) G
-            float a = 0;
-            for (int j = 0; j < 6; ++j) a += t[r][j][l] * kG[j][q];
-            const int64_t ko = k0 + l;
-            dw[ohwi ? ((ko * 3 + r) * 3 + q) * c + ci : (ko * c + ci) * 9 + r * 3 + q] = a;
-          }
+      }
     }
 }
 
