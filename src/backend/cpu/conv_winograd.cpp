@@ -135,18 +135,23 @@ WgradEntry& wgrad_entry_for(OnednnBackend& be, const Tensor& x, const Tensor& dy
   });
 }
 
+/// The conditions every direction shares: 3x3 weights, stride 1, pad 1, f32 NHWC activations
+/// of equal size with C and K multiples of 8, and the policy (conv_own_winograd_allowed).
+/// `act` is x or dx, `out` y or dy.
+bool takes(const Conv2dParams& p, const Tensor& act, const Tensor& w, const Tensor& out) {
+  return w.ndim() == 4 && w.h() == 3 && w.w() == 3 && p.stride == 1 && p.pad == 1 &&
+         act.ndim() == 4 && out.ndim() == 4 && act.dtype() == DType::f32 &&
+         w.dtype() == DType::f32 && out.dtype() == DType::f32 && act.layout() == Layout::NHWC &&
+         out.layout() == Layout::NHWC && act.c() % 8 == 0 && out.c() % 8 == 0 &&
+         act.h() == out.h() && act.w() == out.w() && conv_own_winograd_allowed();
+}
+
 }  // namespace
 
 bool conv_as_own_winograd(ConvDir dir, const Conv2dParams& p, const Tensor& act, const Tensor& w,
-                          const Tensor& out, bool check_worthwhile) {
-  if (dir == ConvDir::bwd_weights || w.ndim() != 4 || w.h() != 3 || w.w() != 3 ||
-      p.stride != 1 || p.pad != 1 || act.ndim() != 4 || out.ndim() != 4 ||
-      act.dtype() != DType::f32 || w.dtype() != DType::f32 || out.dtype() != DType::f32 ||
-      act.layout() != Layout::NHWC || out.layout() != Layout::NHWC || act.c() % 8 != 0 ||
-      out.c() % 8 != 0 || act.h() != out.h() || act.w() != out.w() ||
-      !conv_own_winograd_allowed())
-    return false;
-  return !check_worthwhile || WinogradF43Conv::worthwhile(shape_of(dir, act, out));
+                          const Tensor& out) {
+  return dir != ConvDir::bwd_weights && takes(p, act, w, out) &&
+         WinogradF43Conv::worthwhile(shape_of(dir, act, out));
 }
 
 void conv_fwd_own_winograd(OnednnBackend& be, const Conv2dParams&, const Tensor& x,
@@ -165,8 +170,8 @@ void set_winograd_wgrad_chunk_bytes(std::optional<size_t> bytes) {
 
 bool conv_bwd_weights_as_own_winograd(const Conv2dParams& p, const Tensor& x, const Tensor& dw,
                                       const Tensor& dy) {
-  if (!conv_as_own_winograd(ConvDir::fwd, p, x, dw, dy, /*check_worthwhile=*/false)) return false;
-  return WinogradF43Conv::weight_grad_worthwhile(shape_of(ConvDir::fwd, x, dy));
+  return takes(p, x, dw, dy) &&
+         WinogradF43Conv::weight_grad_worthwhile(shape_of(ConvDir::fwd, x, dy));
 }
 
 void conv_bwd_weights_own_winograd(OnednnBackend& be, const Conv2dParams&, const Tensor& x,

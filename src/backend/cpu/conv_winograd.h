@@ -15,10 +15,9 @@ namespace rn50::onednn {
 /// `act` (x or dx, N,C,H,W), weights `w` (K,C,3,3) and output-side activation `out` (y or dy)
 /// runs as our Winograd: f32, 3x3, stride 1, pad 1, both activations 4-D NHWC, C and K
 /// multiples of 8, conv_own_winograd_allowed (conv_algo.h) and WinogradF43Conv::worthwhile for
-/// the shape the direction computes (unless `check_worthwhile` is false). Never for
-/// bwd_weights (conv_bwd_weights_as_own_winograd).
+/// the shape the direction computes. Never for bwd_weights (conv_bwd_weights_as_own_winograd).
 bool conv_as_own_winograd(ConvDir dir, const Conv2dParams& p, const Tensor& act, const Tensor& w,
-                          const Tensor& out, bool check_worthwhile = true);
+                          const Tensor& out);
 
 /// y (N,K,H,W) = conv3x3(x (N,C,H,W), w (K,C,3,3)), stride 1, zero padding 1; x, y NHWC f32,
 /// w OIHW or OHWI. The weights are transformed on every call (training changes them).

@@ -132,7 +132,6 @@ bool WinogradF43Conv::weight_grad_worthwhile(const Shape& s) {
 
 void WinogradF43Conv::transform_weights_into(const float* w, int64_t c, int64_t k,
                                              WeightOrder order, float* u) {
-  constexpr auto& G = kG;
   // The stored tensor's (K_s, C_s) = (k, c), or (c, k) for the backward-data conv, whose input
   // channels are the stored output channels.
   const bool bwd = order == WeightOrder::oihw_bwd_data || order == WeightOrder::ohwi_bwd_data;
@@ -161,12 +160,12 @@ void WinogradF43Conv::transform_weights_into(const float* w, int64_t c, int64_t 
       for (int i = 0; i < 6; ++i)
         for (int j = 0; j < 3; ++j)
           for (int l = 0; l < kB; ++l)
-            t[i][j][l] = G[i][0] * g[0][j][l] + G[i][1] * g[1][j][l] + G[i][2] * g[2][j][l];
+            t[i][j][l] = kG[i][0] * g[0][j][l] + kG[i][1] * g[1][j][l] + kG[i][2] * g[2][j][l];
       for (int i = 0; i < 6; ++i)
         for (int j = 0; j < 6; ++j) {  // (G g) G^T
           float o[kB];
           for (int l = 0; l < kB; ++l)
-            o[l] = t[i][0][l] * G[j][0] + t[i][1][l] * G[j][1] + t[i][2][l] * G[j][2];
+            o[l] = t[i][0][l] * kG[j][0] + t[i][1][l] * kG[j][1] + t[i][2][l] * kG[j][2];
           std::memcpy(u + ((i * 6 + j) * c + ci) * k + k0, o, static_cast<size_t>(nl) * 4);
         }
     }

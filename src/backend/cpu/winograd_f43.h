@@ -71,7 +71,7 @@ class WinogradF43Conv {
   /// K) f32 = sum over all tiles of V[xi]^T Z[xi]: dW[k][c] = G^T M[., c, k] G. Since the
   /// forward tile is A^T (U . V) A with U = G g G^T, the chain rule gives dU = (A dY A^T) . V
   /// and dg = G^T dU G (Lavin and Gray's matrices). OpenMP over c. Throws rn50::Error for
-  /// another order.
+  /// another order or k not a multiple of 8.
   static void weight_grad_from_products(const float* m, int64_t c, int64_t k, WeightOrder order,
                                         float* dw);
 
