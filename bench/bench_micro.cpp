@@ -16,10 +16,12 @@
 //                                  (see kKxK); im2col 0 oneDNN's direct kernel, 1 im2col +
 //                                  matmuls (conv_im2col.cpp). What conv_im2col_allowed's
 //                                  shape list comes from.
-//   BM_Conv3x3InferF32/<wino>/<n>/<shape>  an inference 3x3 stride-1 conv of kKxK[shape] (1, 3,
-//                                  5, 7) at batch n, f32 nChw8c, bias + ReLU: wino 0 oneDNN's
-//                                  direct kernel, 1 our Winograd F(4x4, 3x3) (winograd_f43.h).
-//                                  What WinogradF43Conv::worthwhile's tile rule comes from.
+//   BM_Conv3x3InferF32/<wino>/<n>/<shape>/<cold>  an inference 3x3 stride-1 conv of
+//                                  kKxK[shape] (1, 3, 5, 7) at batch n, f32 nChw8c, bias + ReLU:
+//                                  wino 0 oneDNN's direct kernel, 1 our Winograd F(4x4, 3x3)
+//                                  (winograd_f43.h); cold 1: the caches evicted before each call
+//                                  but for the input (as in the network at small batches). What
+//                                  WinogradF43Conv::worthwhile's tile rule comes from.
 //   BM_Conv3x3TrainF32/<own>/<pass>/<n>/<shape>  the oneDNN backend's 3x3 stride-1 conv of
 //                                  kKxK[shape] at batch n, NHWC f32: pass 0 forward, 1 backward
 //                                  data; own 0 oneDNN's direct kernel (policy `direct`), 1 our
@@ -186,9 +188,31 @@ BENCHMARK(BM_ConvBwdWeightsF32)
     ->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7}})
     ->Unit(benchmark::kMillisecond);
 
+/// Evicts the caches (writes a 64 MiB buffer, twice this machine's 32 MiB L3) and then reads
+/// `warm` back in: before a timed call, the state of a layer's weights inside a whole network
+/// at batch 1, which streams ~100 MB of weights through the caches per image while each
+/// layer's input was just written by the layer before.
+void evict_caches_but(const Tensor& warm) {
+  // On all threads (as a layer runs), so that the timed call finds them awake, as the
+  // network's next layer does.
+  static std::vector<char> junk(64 << 20);
+  const auto* p = static_cast<const char*>(warm.data());
+  const auto n = static_cast<int64_t>(junk.size()), m = static_cast<int64_t>(warm.nbytes());
+  char sum = 0;
+#pragma omp parallel reduction(+ : sum)
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; i += 64) junk[i] = static_cast<char>(junk[i] + 1);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < m; i += 64) sum = static_cast<char>(sum + p[i]);
+  }
+  benchmark::DoNotOptimize(sum);
+}
+
 /// The CPU inference engine's f32 3x3 stride-1 conv of kKxK[range(2)] on nChw8c activations at
 /// batch range(1), with bias and ReLU: oneDNN's direct convolution (range(0) = 0) or
-/// WinogradF43Conv (1).
+/// WinogradF43Conv (1); range(3) = 1: the weights evicted from the caches before each call
+/// (evict_caches_but), as inside the network.
 void BM_Conv3x3InferF32(benchmark::State& state) {
   using dnnl::memory;
   using tag = memory::format_tag;
@@ -239,7 +263,15 @@ void BM_Conv3x3InferF32(benchmark::State& state) {
     };
   }
   run();
-  for (auto _ : state) run();
+  const bool cold = state.range(3) != 0;
+  for (auto _ : state) {
+    if (cold) {
+      state.PauseTiming();
+      evict_caches_but(x);
+      state.ResumeTiming();
+    }
+    run();
+  }
   state.counters["GFLOP/s"] = benchmark::Counter(
       2.0 * N * s.K * s.C * 9 * s.H * s.H, benchmark::Counter::kIsIterationInvariantRate,
       benchmark::Counter::kIs1000);
@@ -285,8 +317,8 @@ BENCHMARK(BM_Conv3x3TrainF32)
     ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_Conv3x3InferF32)
-    ->ArgNames({"wino", "n", "shape"})
-    ->ArgsProduct({{0, 1}, {1, 2, 4, 32}, {1, 3, 5, 7}})
+    ->ArgNames({"wino", "n", "shape", "cold"})
+    ->ArgsProduct({{0, 1}, {1, 2, 4, 32}, {1, 3, 5, 7}, {0, 1}})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace
