@@ -167,11 +167,19 @@ TEST(WinogradF43, PolicyAndErrors) {
   const ThreadsScope two(2);
   for (const int64_t c : {64, 128, 256, 512}) {
     const int64_t hw = 56 * 64 / c;
-    EXPECT_EQ(WinogradF43Conv::split({32, c, c, hw, hw}).chunk_tiles, 64) << c;
+    // 1568 tiles at 128 channels: 13 chunks of 61 per thread (the last 43), not 24.5 x 64.
+    EXPECT_EQ(WinogradF43Conv::split({32, c, c, hw, hw}).chunk_tiles, c == 128 ? 61 : 64) << c;
     EXPECT_TRUE(WinogradF43Conv::worthwhile({32, c, c, hw, hw})) << c;
     EXPECT_EQ(WinogradF43Conv::worthwhile({1, c, c, hw, hw}), c <= 256) << c;
   }
   EXPECT_EQ(WinogradF43Conv::split({1, 128, 128, 28, 28}).chunk_tiles, 25);
+  // One 64-channel 56x56 image: 196 tiles as 2 chunks of 49 per thread (not 64, 64, 64, 4);
+  // the override still gives chunks of exactly its size.
+  EXPECT_EQ(WinogradF43Conv::split({1, 64, 64, 56, 56}).chunk_tiles, 49);
+  {
+    const ChunkScope fixed(64);
+    EXPECT_EQ(WinogradF43Conv::split({1, 64, 64, 56, 56}).chunk_tiles, 64);
+  }
   // One 256-channel 14x14 image: 16 tiles, 8 per thread would be too few: one chunk of 16,
   // its output channels in 2 parts.
   const WinogradF43Conv::Split one = WinogradF43Conv::split({1, 256, 256, 14, 14});

@@ -90,8 +90,15 @@ WinogradF43Conv::Split WinogradF43Conv::split(const Shape& s) {
   const int64_t nthr = std::max(1, omp_get_max_threads());
   const int64_t cap = g_chunk_override ? g_chunk_override : kMaxChunkTiles;
   const int64_t p = tiles(s), even = (p + nthr - 1) / nthr;
-  if (even >= kMinChunkTiles || nthr == 1 || s.k % kL != 0)
-    return {std::clamp<int64_t>(even, 1, cap), 1};
+  if (even >= kMinChunkTiles || nthr == 1 || s.k % kL != 0) {
+    if (g_chunk_override) return {std::clamp<int64_t>(even, 1, cap), 1};
+    // Every thread as many equal chunks: one 64-channel 56x56 image's 196 tiles on 2 threads
+    // as 4 x 49, not 64, 64, 64, 4, which left one thread 128 tiles and the other 68
+    // (BM_Conv3x3InferF32/wino:1/n:1/shape:1/cold:0, three runs each: 1.20, 1.26, 1.31 ms
+    // against 1.37, 1.47, 1.44 in chunks of 64).
+    const int64_t per_thread = (even + cap - 1) / cap;
+    return {(even + per_thread - 1) / per_thread, 1};
+  }
   // Few tiles: whole chunks, their output channels split over the threads instead.
   const int64_t chunk = std::min(cap, p), chunks = (p + chunk - 1) / chunk;
   int64_t parts = std::clamp<int64_t>(nthr / chunks, 1, std::max<int64_t>(1, s.k / kMinPartK));
@@ -107,6 +114,11 @@ WinogradF43Conv::Split WinogradF43Conv::split(const Shape& s) {
 //   256ch 14x14  1.85 / 1.69 [16x2] (medians of 5), 3.80 / 3.82 [16], 6.26 / 3.80 [32],
 //                56.1 / 34.5 [64]; chunks of 8 tiles per thread instead of [16x2]: 1.89 / 3.81
 //   512ch 7x7    2.51 / 6.85 [4x2], 5.20 / 9.36 [8x2], 8.86 / 14.8 [16x2], 93.1 / 33.7 [64]
+// With the caches evicted before each call but for the input (cold:1, as a layer's weights
+// are inside the network at batch 1; medians of 5), batch 1: 64ch 1.60 / 1.79, 128ch 1.74 /
+// 1.43, 256ch 2.09 / 2.84, 512ch 2.51 / 6.14. Whole networks at batch 1 with and without this
+// op on the 256-channel layers (12 interleaved runs of rn50 bench infer each) differed by
+// nothing measurable (paired median ratio 1.00), so the rule below stands.
 // Every task's products read its part of U (36 C K floats: 9.4 MiB at 256 channels, 38 MiB at
 // 512), which oneDNN's GEMM packs anew for every call: it wins with chunks of 48 tiles or more,
 // and with 16 or more up to 256 x 256 channels.

@@ -104,11 +104,11 @@ class WinogradF43Conv {
   struct Split {
     int64_t chunk_tiles = 1, k_parts = 1;
   };
-  /// The tiles split evenly over the OpenMP threads, at most kMaxChunkTiles per chunk (or
-  /// set_winograd_chunk_tiles's override), one part; when that gives chunks under
-  /// kMinChunkTiles, whole chunks and as many output-channel parts as there are threads per
-  /// chunk (fewer if K / 8 does not divide by that, or parts would have under kMinPartK
-  /// channels).
+  /// The tiles split evenly over the OpenMP threads, each thread as many equal chunks of at
+  /// most kMaxChunkTiles tiles (set_winograd_chunk_tiles's override: chunks of exactly that,
+  /// the last shorter), one part; when that gives chunks under kMinChunkTiles, whole chunks
+  /// and as many output-channel parts as there are threads per chunk (fewer if K / 8 does not
+  /// divide by that, or parts would have under kMinPartK channels).
   static Split split(const Shape& s);
   /// Whether this op is expected to beat oneDNN's direct AVX2 convolution for `s` with this
   /// process's OpenMP threads (see the definition for the measurements): chunks with enough
