@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <random>
 #include <string>
@@ -186,6 +187,58 @@ TEST(WinogradF43, PolicyAndErrors) {
   EXPECT_EQ(one.chunk_tiles, 16);
   EXPECT_EQ(one.k_parts, 2);
   EXPECT_EQ(WinogradF43Conv::tiles({2, 8, 8, 7, 9}), 2 * 2 * 3);
+}
+
+// The tile transforms write a destination of more than 4 MiB (36 positions x ld rows) through
+// a staging block in L2 with non-temporal stores (a few tiles per block at 512 channels, so
+// several blocks per call), a smaller one directly: both give the same bits, also at a
+// destination not 32-byte aligned, and write nothing outside the rows.
+TEST(WinogradF43, TileTransformsGiveTheSameBitsThroughEveryWritePath) {
+  std::mt19937 rng(20261128);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  auto random_vec = [&](size_t size) {
+    std::vector<float> v(size);
+    for (float& e : v) e = u(rng);
+    return v;
+  };
+  for (const bool nhwc : {false, true}) {
+    const Shape s{2, 512, 256, 9, 7, nhwc};
+    const int64_t rows = WinogradF43Conv::tiles(s) - 1, p0 = 1;  // 11 of 12 tiles
+    const std::vector<float> x = random_vec(static_cast<size_t>(s.n * s.c * s.h * s.w));
+    const std::vector<float> dy = random_vec(static_cast<size_t>(s.n * s.k * s.h * s.w));
+    for (const bool grad : {false, true}) {
+      const int64_t ch = grad ? s.k : s.c;
+      auto transform = [&](float* out, int64_t ld) {
+        if (grad)
+          WinogradF43Conv::transform_output_grad_tiles(s, dy.data(), p0, rows, out, ld);
+        else
+          WinogradF43Conv::transform_input_tiles(s, x.data(), p0, rows, out, ld);
+      };
+      std::vector<float> small(static_cast<size_t>(36 * rows * ch), NAN);
+      transform(small.data(), rows);
+      // 36 x 128 rows x 256 or 512 channels: 4.5 or 9 MiB, streamed; one float in (unaligned).
+      const int64_t ld = 128;
+      std::vector<float> big(static_cast<size_t>(36 * ld * ch + 1), -7.f);
+      transform(big.data() + 1, ld);
+      EXPECT_EQ(big[0], -7.f);
+      int64_t differ = 0, nan = 0, outside = 0;
+      for (int64_t xi = 0; xi < 36; ++xi)
+        for (int64_t r = 0; r < ld; ++r)
+          for (int64_t c = 0; c < ch; ++c) {
+            const float b = big[static_cast<size_t>(1 + (xi * ld + r) * ch + c)];
+            if (r >= rows) {
+              outside += b != -7.f;
+              continue;
+            }
+            const float a = small[static_cast<size_t>((xi * rows + r) * ch + c)];
+            nan += std::isnan(a);
+            differ += std::memcmp(&a, &b, sizeof a) != 0;
+          }
+      EXPECT_EQ(differ, 0) << "nhwc " << nhwc << " grad " << grad;
+      EXPECT_EQ(nan, 0) << "nhwc " << nhwc << " grad " << grad;
+      EXPECT_EQ(outside, 0) << "nhwc " << nhwc << " grad " << grad;
+    }
+  }
 }
 
 // ---------------------------------------------------------------- the training backend
