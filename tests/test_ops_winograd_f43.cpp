@@ -86,6 +86,14 @@ struct ThreadsScope {
   ~ThreadsScope() { omp_set_num_threads(saved); }
 };
 
+/// `size` floats drawn uniformly from [-1, 1).
+std::vector<float> uniform_floats(std::mt19937& rng, size_t size) {
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(size);
+  for (float& e : v) e = u(rng);
+  return v;
+}
+
 struct ChunkScope {
   explicit ChunkScope(std::optional<int64_t> t) { set_winograd_chunk_tiles(t); }
   ~ChunkScope() { set_winograd_chunk_tiles(std::nullopt); }
@@ -99,12 +107,7 @@ TEST(WinogradF43, EqualsTheNaiveConvolution) {
   EXPECT_EQ(parts.k_parts, 2);
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   std::mt19937 rng(7);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  auto random = [&](size_t size) {
-    std::vector<float> v(size);
-    for (float& e : v) e = u(rng);
-    return v;
-  };
+  auto random = [&](size_t size) { return uniform_floats(rng, size); };
   for (const Case& cs : kCases)
     for (const bool relu : {false, true})
       for (const bool accumulate : {false, true}) {
@@ -195,12 +198,7 @@ TEST(WinogradF43, PolicyAndErrors) {
 // destination not 32-byte aligned, and write nothing outside the rows.
 TEST(WinogradF43, TileTransformsGiveTheSameBitsThroughEveryWritePath) {
   std::mt19937 rng(20261128);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  auto random_vec = [&](size_t size) {
-    std::vector<float> v(size);
-    for (float& e : v) e = u(rng);
-    return v;
-  };
+  auto random_vec = [&](size_t size) { return uniform_floats(rng, size); };
   for (const bool nhwc : {false, true}) {
     const Shape s{2, 512, 256, 9, 7, nhwc};
     const int64_t rows = WinogradF43Conv::tiles(s) - 1, p0 = 1;  // 11 of 12 tiles
