@@ -193,9 +193,10 @@ TEST(WinogradF43, PolicyAndErrors) {
 }
 
 // The tile transforms write a destination of more than 4 MiB (36 positions x ld rows) through
-// a staging block in L2 with non-temporal stores (a few tiles per block at 512 channels, so
-// several blocks per call), a smaller one directly: both give the same bits, also at a
-// destination not 32-byte aligned, and write nothing outside the rows.
+// a staging block in L2 with non-temporal stores when the caller allows it (may_stream: the
+// weight gradient; a few tiles per block at 512 channels, so several blocks per call), a
+// smaller one, or one the forward writes, directly: every path gives the same bits, also at a
+// destination not 32-byte aligned, and writes nothing outside the rows.
 TEST(WinogradF43, TileTransformsGiveTheSameBitsThroughEveryWritePath) {
   std::mt19937 rng(20261128);
   auto random_vec = [&](size_t size) { return uniform_floats(rng, size); };
@@ -204,17 +205,20 @@ TEST(WinogradF43, TileTransformsGiveTheSameBitsThroughEveryWritePath) {
     const int64_t rows = WinogradF43Conv::tiles(s) - 1, p0 = 1;  // 11 of 12 tiles
     const std::vector<float> x = random_vec(static_cast<size_t>(s.n * s.c * s.h * s.w));
     const std::vector<float> dy = random_vec(static_cast<size_t>(s.n * s.k * s.h * s.w));
-    for (const bool grad : {false, true}) {
+    // The input transform with and without may_stream; the output gradient's always may.
+    for (const int path : {0, 1, 2}) {
+      const bool grad = path == 2, stream = path != 0;
       const int64_t ch = grad ? s.k : s.c;
       auto transform = [&](float* out, int64_t ld) {
         if (grad)
           WinogradF43Conv::transform_output_grad_tiles(s, dy.data(), p0, rows, out, ld);
         else
-          WinogradF43Conv::transform_input_tiles(s, x.data(), p0, rows, out, ld);
+          WinogradF43Conv::transform_input_tiles(s, x.data(), p0, rows, out, ld, stream);
       };
       std::vector<float> small(static_cast<size_t>(36 * rows * ch), NAN);
       transform(small.data(), rows);
-      // 36 x 128 rows x 256 or 512 channels: 4.5 or 9 MiB, streamed; one float in (unaligned).
+      // 36 x 128 rows x 256 or 512 channels: 4.5 or 9 MiB (streamed where the path may); one
+      // float in (unaligned).
       const int64_t ld = 128;
       std::vector<float> big(static_cast<size_t>(36 * ld * ch + 1), -7.f);
       transform(big.data() + 1, ld);
@@ -232,9 +236,9 @@ TEST(WinogradF43, TileTransformsGiveTheSameBitsThroughEveryWritePath) {
             nan += std::isnan(a);
             differ += std::memcmp(&a, &b, sizeof a) != 0;
           }
-      EXPECT_EQ(differ, 0) << "nhwc " << nhwc << " grad " << grad;
-      EXPECT_EQ(nan, 0) << "nhwc " << nhwc << " grad " << grad;
-      EXPECT_EQ(outside, 0) << "nhwc " << nhwc << " grad " << grad;
+      EXPECT_EQ(differ, 0) << "nhwc " << nhwc << " path " << path;
+      EXPECT_EQ(nan, 0) << "nhwc " << nhwc << " path " << path;
+      EXPECT_EQ(outside, 0) << "nhwc " << nhwc << " path " << path;
     }
   }
 }

@@ -196,7 +196,8 @@ void conv_bwd_weights_own_winograd(OnednnBackend& be, const Conv2dParams&, const
       {  // each thread its share of the chunk's tiles
         const int64_t nthr = omp_get_num_threads(), t = omp_get_thread_num();
         const int64_t a = rows * t / nthr, b = rows * (t + 1) / nthr;
-        WinogradF43Conv::transform_input_tiles(s, xp, p0 + a, b - a, v + a * s.c, rows);
+        WinogradF43Conv::transform_input_tiles(s, xp, p0 + a, b - a, v + a * s.c, rows,
+                                               true);
         WinogradF43Conv::transform_output_grad_tiles(s, dyp, p0 + a, b - a, z + a * s.k, rows);
       }
     }

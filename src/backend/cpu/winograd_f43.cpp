@@ -205,18 +205,19 @@ inline int64_t block_offset(const WinogradF43Conv::Shape& s, int64_t ch, int64_t
 
 namespace {
 
-/// Destinations larger than this (36 positions x ld rows x channels x 4 bytes) are written
-/// through a staging block with non-temporal stores (the weight gradient's chunks of 16 MiB);
-/// smaller ones directly (the forward's per-thread buffers, which the matmul reads from L2
-/// next: staged, BM_Conv3x3InferF32 took 1.04-1.20x the time at 64 to 256 channels, paired
-/// medians of three runs).
+/// The weight gradient's destinations larger than this (36 positions x ld rows x channels x 4
+/// bytes: its chunks of 16 MiB) are written through a staging block with non-temporal stores;
+/// smaller ones, and the forward's per-thread buffers of any size, directly (the forward's
+/// matmul reads its buffer from the caches next: staged, BM_Conv3x3InferF32 took 1.04-1.20x
+/// the time at 64 to 256 channels, paired medians of three runs; at 512 channels in chunks of
+/// 64 tiles the buffer is 4.5 MiB and must not be streamed out either).
 constexpr int64_t kStreamBytes = 4 << 20;
 /// Floats of the staging block (256 KiB: in L2).
 constexpr int64_t kStageFloats = 64 * 1024;
 
 /// Where a tile transform writes a block of tiles of its destination (36 rows of ld tiles x
-/// ch floats): straight into it, or, for large destinations, into the calling thread's
-/// staging block (36 positions x a block of tiles x ch) that `flush` then streams out.
+/// ch floats): straight into it, or, for large destinations where the caller allows it
+/// (may_stream), into the calling thread's staging block (36 positions x a block of tiles x ch) that `flush` then streams out.
 /// Written straight, a tile's 36 pieces go to 36 places at once, too many streams for the
 /// prefetchers, and each store first reads its line from memory: in the 64-channel weight
 /// gradient at batch 32 the two transforms took half the time (perf: 52% of the samples of
@@ -224,8 +225,8 @@ constexpr int64_t kStageFloats = 64 * 1024;
 /// staged and streamed, 40% with the copy-out).
 class TileSink {
  public:
-  TileSink(float* out, int64_t ld, int64_t ch)
-      : out_(out), ld_(ld), ch_(ch), staged_(36 * ld * ch * 4 > kStreamBytes) {
+  TileSink(float* out, int64_t ld, int64_t ch, bool may_stream)
+      : out_(out), ld_(ld), ch_(ch), staged_(may_stream && 36 * ld * ch * 4 > kStreamBytes) {
     base_ = out;
     stride_ = ld;
     if (staged_) {
@@ -277,10 +278,11 @@ class TileSink {
 }  // namespace
 
 void WinogradF43Conv::transform_input_tiles(const Shape& s, const float* x, int64_t p0,
-                                            int64_t rows, float* v, int64_t ld) {
+                                            int64_t rows, float* v, int64_t ld,
+                                            bool may_stream) {
   const int64_t th = (s.h + 3) / 4, tw = (s.w + 3) / 4;
   const int64_t cb_n = s.c / kL, ps = s.nhwc ? s.c : kL;  // floats between pixels
-  const TileSink sink(v, ld, s.c);
+  const TileSink sink(v, ld, s.c, may_stream);
   for (int64_t r0 = 0; r0 < rows; r0 += sink.block(rows)) {
     const int64_t nb = std::min(sink.block(rows), rows - r0);
     for (int64_t r = r0; r < r0 + nb; ++r) {
@@ -321,7 +323,7 @@ void WinogradF43Conv::transform_output_grad_tiles(const Shape& s, const float* d
                                                   int64_t rows, float* z, int64_t ld) {
   const int64_t th = (s.h + 3) / 4, tw = (s.w + 3) / 4;
   const int64_t kb_n = s.k / kL, ps = s.nhwc ? s.k : kL;  // floats between pixels
-  const TileSink sink(z, ld, s.k);
+  const TileSink sink(z, ld, s.k, true);
   for (int64_t r0 = 0; r0 < rows; r0 += sink.block(rows)) {
     const int64_t nb = std::min(sink.block(rows), rows - r0);
     for (int64_t r = r0; r < r0 + nb; ++r) {
@@ -504,7 +506,7 @@ void WinogradF43Conv::run(const float* x, float* y) {
     const int which = rows == im.chunk ? 0 : 1;
     float* vb = im.v[t].data();
     float* mb = im.m[t].data();
-    transform_input_tiles(im.s, x, p0, rows, vb, rows);
+    transform_input_tiles(im.s, x, p0, rows, vb, rows, false);
     const memory vm({{36, rows, im.s.c}, dt::f32, tag::abc}, im.eng, vb);
     const memory mm({{36, rows, im.kt}, dt::f32, tag::abc}, im.eng, mb);
     std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, vm},

@@ -59,14 +59,18 @@ class WinogradF43Conv {
 
   /// The input transform of tiles [p0, p0 + rows) of x (N, C, H, W, nChw8c or NHWC as s says):
   /// V = B^T d B of each tile's 6x6 input d (zero outside the image) into v, the row of tile
-  /// p0 + r at position xi being v[(xi * ld + r) * C ...] (ld >= rows rows per position). A
-  /// v of more than 4 MiB (36 x ld x C floats) is written with non-temporal stores, through a
-  /// staging block: it is left in memory, not in the caches.
+  /// p0 + r at position xi being v[(xi * ld + r) * C ...] (ld >= rows rows per position).
+  /// With may_stream (the weight gradient, whose v is read once by a matmul much later) a v of
+  /// more than 4 MiB (36 x ld x C floats) is written with non-temporal stores, through a
+  /// staging block: it is left in memory, not in the caches. Without it (the forward's
+  /// per-thread buffers, read from the caches by the matmul right after) v is written directly
+  /// whatever its size.
   static void transform_input_tiles(const Shape& s, const float* x, int64_t p0, int64_t rows,
-                                    float* v, int64_t ld);
+                                    float* v, int64_t ld, bool may_stream);
   /// The weight gradient's transform of the output gradient dy (N, K, H, W, s's layout): Z = A
   /// g A^T of each 4x4 tile g of tiles [p0, p0 + rows) (zero outside the image; A = (A^T)^T)
-  /// into z, laid out (and written) as transform_input_tiles's v with K channels.
+  /// into z, laid out (and written) as transform_input_tiles's v with K channels, may_stream
+  /// always (only the weight gradient calls it).
   static void transform_output_grad_tiles(const Shape& s, const float* dy, int64_t p0,
                                           int64_t rows, float* z, int64_t ld);
   /// The weight gradient dW (K, C, 3, 3) f32, `order` oihw or ohwi, from the products M (36, C,
