@@ -217,7 +217,8 @@ constexpr int64_t kStageFloats = 64 * 1024;
 
 /// Where a tile transform writes a block of tiles of its destination (36 rows of ld tiles x
 /// ch floats): straight into it, or, for large destinations where the caller allows it
-/// (may_stream), into the calling thread's staging block (36 positions x a block of tiles x ch) that `flush` then streams out.
+/// (may_stream), into the calling thread's staging block (36 positions x a block of tiles x
+/// ch) that `flush` then streams out.
 /// Written straight, a tile's 36 pieces go to 36 places at once, too many streams for the
 /// prefetchers, and each store first reads its line from memory: in the 64-channel weight
 /// gradient at batch 32 the two transforms took half the time (perf: 52% of the samples of
