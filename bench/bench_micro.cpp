@@ -16,6 +16,9 @@
 //                                  (see kKxK); im2col 0 oneDNN's direct kernel, 1 im2col +
 //                                  matmuls (conv_im2col.cpp). What conv_im2col_allowed's
 //                                  shape list comes from.
+//   BM_Conv1x1BwdWeightsBf16/<own>/<shape>  the bf16 weight gradient of ResNet-50's 1x1 convs
+//                                  (N=32, NHWC; k1x1): own 0 oneDNN's direct kernel, 1 our
+//                                  AVX-512 BF16 GEMM (conv1x1_wgrad_bf16.h).
 //   BM_Conv3x3InferF32/<wino>/<n>/<shape>/<cold>  an inference 3x3 stride-1 conv of
 //                                  kKxK[shape] (1, 3, 5, 7) at batch n, f32 nChw8c, bias + ReLU:
 //                                  wino 0 oneDNN's direct kernel, 1 our Winograd F(4x4, 3x3)
@@ -38,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/conv1x1_wgrad_bf16.h"
 #include "backend/cpu/conv_algo.h"
 #include "backend/cpu/conv_im2col.h"
 #include "backend/cpu/conv_winograd.h"
@@ -186,6 +190,66 @@ BENCHMARK(BM_ConvBwdWeightsBf16)
 BENCHMARK(BM_ConvBwdWeightsF32)
     ->ArgNames({"im2col", "shape"})
     ->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7}})
+    ->Unit(benchmark::kMillisecond);
+
+/// ResNet-50's 1x1 convs at batch 32 (the downsampling ones with their stride 2).
+constexpr KxK k1x1[] = {
+    {64, 64, 1, 1, 0, 56},    {64, 256, 1, 1, 0, 56},   {256, 64, 1, 1, 0, 56},
+    {256, 128, 1, 1, 0, 56},  {128, 512, 1, 1, 0, 28},  {512, 128, 1, 1, 0, 28},
+    {256, 1024, 1, 1, 0, 14}, {1024, 256, 1, 1, 0, 14}, {512, 2048, 1, 1, 0, 7},
+    {2048, 512, 1, 1, 0, 7},  {256, 512, 1, 2, 0, 56},  {1024, 2048, 1, 2, 0, 14}};
+
+/// The bf16 weight gradient of k1x1[range(1)]: oneDNN's direct kernel (range(0) = 0, the
+/// backend under policy `direct`) or our own AVX-512 BF16 GEMM (1, conv1x1_wgrad_bf16 called
+/// directly, at every shape; skipped where the build has none). What
+/// conv1x1_own_wgrad_allowed's 7x7 rule comes from.
+void BM_Conv1x1BwdWeightsBf16(benchmark::State& state) {
+  std::unique_ptr<Backend> holder = make_backend("onednn");
+  auto& be = dynamic_cast<onednn::OnednnBackend&>(*holder);
+  if (!onednn::OnednnBackend::bf16_available()) {
+    state.SkipWithError("no bf16 on this CPU");
+    return;
+  }
+  const KxK s = k1x1[state.range(1)];
+  const bool own = state.range(0) != 0;
+  if (own && !onednn::conv1x1_wgrad_bf16_built()) {
+    state.SkipWithError("no AVX-512 BF16 1x1 weight-gradient kernel in this build");
+    return;
+  }
+  onednn::set_conv_algo(onednn::ConvAlgo::direct);
+  std::mt19937 rng(1);
+  const int64_t N = 32, OH = (s.H - 1) / s.stride + 1;
+  auto as_bf16 = [&](const Tensor& f) {
+    Tensor t = Tensor::empty(f.shape(), DType::bf16, f.layout());
+    be.copy(f, t);
+    return t;
+  };
+  const Tensor x = as_bf16(random_tensor({N, s.C, s.H, s.H}, rng, Layout::NHWC));
+  const Tensor dy = as_bf16(random_tensor({N, s.K, OH, OH}, rng, Layout::NHWC));
+  Tensor dw = Tensor::empty({s.K, s.C, 1, 1}, DType::bf16);
+  const Conv2dParams p{static_cast<int>(s.stride), 0};
+  const onednn::Conv1x1Geo g{N, s.H, s.H, s.C, s.K, s.stride};
+  std::vector<float> work(static_cast<size_t>(onednn::conv1x1_wgrad_bf16_workspace(g)));
+  auto run = [&] {
+    if (own)
+      onednn::conv1x1_wgrad_bf16(g, x.data_as<uint16_t>(), dy.data_as<uint16_t>(),
+                                 dw.data_as<uint16_t>(), work.data());
+    else
+      be.conv2d_bwd_weights(p, x, dy, dw);
+  };
+  run();  // primitive creation, first touch
+  for (auto _ : state) {
+    run();
+    be.synchronize();
+  }
+  onednn::set_conv_algo(std::nullopt);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * N * s.K * s.C * OH * OH, benchmark::Counter::kIsIterationInvariantRate,
+      benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_Conv1x1BwdWeightsBf16)
+    ->ArgNames({"own", "shape"})
+    ->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}})
     ->Unit(benchmark::kMillisecond);
 
 /// Evicts the caches (writes a 64 MiB buffer, twice this machine's 32 MiB L3) and then reads

@@ -20,6 +20,7 @@
 // Winograd (conv_winograd.cpp).
 #include <algorithm>
 
+#include "backend/cpu/conv1x1_wgrad_bf16.h"
 #include "backend/cpu/conv_im2col.h"
 #include "backend/cpu/conv_matmul.h"
 #include "backend/cpu/conv_winograd.h"
@@ -263,6 +264,16 @@ void OnednnBackend::conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, c
   const Geo g = conv_geo("conv2d_bwd_weights", p, x, dw, dy);
   if (conv1x1_as_matmul(ConvDir::bwd_weights, p, x, dw, dy))
     return conv1x1_bwd_weights_matmul(*this, p, x, dy, dw);
+  if (g.R == 1 && g.S == 1 && p.pad == 0 && conv1x1_own_wgrad_allowed(g.dt, g.OH * g.OW) &&
+      x.layout() == Layout::NHWC && dy.layout() == Layout::NHWC) {
+    const Conv1x1Geo cg{x.n(), x.h(), x.w(), x.c(), dy.c(), p.stride};
+    if (conv1x1_wgrad_bf16_fits(cg)) {
+      auto* work = static_cast<float*>(
+          scratch(kScratchWork, sizeof(float) * conv1x1_wgrad_bf16_workspace(cg)));
+      return conv1x1_wgrad_bf16(cg, x.data_as<uint16_t>(), dy.data_as<uint16_t>(),
+                                dw.data_as<uint16_t>(), work);
+    }
+  }
   if (conv_bwd_weights_as_own_winograd(p, x, dw, dy))
     return conv_bwd_weights_own_winograd(*this, p, x, dy, dw);
   if (conv_bwd_weights_as_im2col(p, x, dw, dy)) return conv_bwd_weights_im2col(*this, p, x, dy, dw);

@@ -66,6 +66,13 @@ bool conv_im2col_allowed(DType dt, const ConvShapeInfo& s);
 /// `direct`.
 bool conv1x1_matmul_allowed(DType dt, ConvDir dir);
 
+/// Whether the bf16 weight gradient of a 1x1 pad-0 convolution (any stride) with NHWC
+/// activations and outputs of `out_pixels` = OH x OW pixels per image runs as our own AVX-512
+/// BF16 GEMM (conv1x1_wgrad_bf16.h) when its shape fits: with `automatic` on CPUs whose build
+/// has the kernel (AVX-512 BF16 without AMX) for outputs of 7x7 pixels or fewer, where it beats
+/// oneDNN 2.6's jit_bf16_1x1 kernel (see the definition for the measurement); never with
+/// `direct`; with `matmul` the matmul takes these convolutions first.
+bool conv1x1_own_wgrad_allowed(DType dt, int64_t out_pixels);
 /// Whether the training backend's f32 3x3 stride-1 convs on NHWC activations may run forward,
 /// backward-data and backward-weights as our own Winograd F(4x4, 3x3) (conv_winograd.h): with
 /// `automatic` on CPUs without AVX-512 (where oneDNN has no Winograd), always with `matmul` (so
