@@ -17,7 +17,9 @@
 // 1x1 convolutions on NHWC activations may run as oneDNN matmuls instead (bf16 on AMX CPUs by
 // default, backward only; conv_algo.h, conv_matmul.cpp), and on CPUs without AVX-512, where
 // oneDNN has no Winograd, f32 3x3 stride-1 NHWC convs in all three directions as our own
-// Winograd (conv_winograd.cpp).
+// Winograd (conv_winograd.cpp). On CPUs with AVX-512 BF16 and no AMX, the bf16 weight gradient
+// of 1x1 NHWC convs with outputs of 7x7 pixels or fewer runs as our own GEMM
+// (conv1x1_wgrad_bf16.cpp), which writes the plain OIHW gradient (no reorder).
 #include <algorithm>
 
 #include "backend/cpu/conv1x1_wgrad_bf16.h"
