@@ -36,9 +36,10 @@ int64_t conv1x1_wgrad_bf16_workspace(const Conv1x1Geo& g);
 /// as in Goto & van de Geijn, "Anatomy of High-Performance Matrix Multiplication", ACM TOMS 34(3),
 /// 2008: pixel chunks of kPc, both operands packed per chunk into vdpbf16ps's pair layout (two
 /// consecutive pixels interleaved, Intel SDM "VDPBF16PS"), register tiles of 6 rows x 64
-/// channels, the rows of dW split between the threads (no reduction; the result does not depend
-/// on the thread count). Products are summed in f32 by vdpbf16ps, which treats bf16 subnormal
-/// inputs as zero (as oneDNN's bf16 kernels do). Throws rn50::Error when !fits(g).
+/// channels, dW split between the threads by rows, or by column panels when it has more
+/// columns than rows (no reduction; the result does not depend on the thread count). Products
+/// are summed in f32 by vdpbf16ps, which treats bf16 subnormal inputs as zero (as oneDNN's bf16
+/// kernels do). Throws rn50::Error when !fits(g).
 void conv1x1_wgrad_bf16(const Conv1x1Geo& g, const uint16_t* x, const uint16_t* dy, uint16_t* dw,
                         float* work);
 
