@@ -37,6 +37,8 @@ constexpr int64_t kPanel = 64;  ///< dW columns (input channels) of a register t
 constexpr int kRows = 6;        ///< dW rows (output channels) of a register tile
 constexpr int64_t kPc = 256;    ///< pixels of a chunk (kPc / 2 pairs), even
 
+#if RN50_WGRAD_BF16
+
 /// How the threads share dW: columns [n0, n1) (multiples of kPanel) and rows [m0, m1).
 struct Share {
   int64_t m0, m1, n0, n1;
@@ -56,8 +58,6 @@ Share share_of(int t, int nt, int64_t K, int64_t C) {
   const int64_t a = tiles * t / nt, b = tiles * (t + 1) / nt;
   return {std::min(K, a * kRows), std::min(K, b * kRows), 0, C};
 }
-
-#if RN50_WGRAD_BF16
 
 /// Lane order for interleaving two rows of 32 bf16 (u, v): the first vector takes
 /// u0 v0 u1 v1 .. u15 v15, the second u16 v16 .. u31 v31 (index i < 32 picks u[i], 32 + i v[i]).
