@@ -18,7 +18,9 @@
 //                                  shape list comes from.
 //   BM_Conv1x1BwdWeightsBf16/<own>/<shape>  the bf16 weight gradient of ResNet-50's 1x1 convs
 //                                  (N=32, NHWC; k1x1): own 0 oneDNN's direct kernel, 1 our
-//                                  AVX-512 BF16 GEMM (conv1x1_wgrad_bf16.h).
+//                                  AVX-512 BF16 GEMM (conv_wgrad_bf16.h).
+//   BM_ConvBwdWeightsBf16Own/<shape>  the bf16 weight gradient of kKxK[shape] by our own GEMM
+//                                  (conv_wgrad_bf16.h); oneDNN's: BM_ConvBwdWeightsBf16/im2col:0.
 //   BM_Conv3x3InferF32/<wino>/<n>/<shape>/<cold>  an inference 3x3 stride-1 conv of
 //                                  kKxK[shape] (1, 3, 5, 7) at batch n, f32 nChw8c, bias + ReLU:
 //                                  wino 0 oneDNN's direct kernel, 1 our Winograd F(4x4, 3x3)
@@ -41,7 +43,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/conv1x1_wgrad_bf16.h"
+#include "backend/cpu/conv_wgrad_bf16.h"
 #include "backend/cpu/conv_algo.h"
 #include "backend/cpu/conv_im2col.h"
 #include "backend/cpu/conv_winograd.h"
@@ -192,6 +194,40 @@ BENCHMARK(BM_ConvBwdWeightsF32)
     ->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7}})
     ->Unit(benchmark::kMillisecond);
 
+/// The bf16 weight gradient of kKxK[range(0)] by our own AVX-512 BF16 GEMM (conv_wgrad_bf16
+/// called directly; skipped where it does not fit); oneDNN's is BM_ConvBwdWeightsBf16/im2col:0.
+/// What conv_own_wgrad_allowed's rule for KxK convs comes from.
+void BM_ConvBwdWeightsBf16Own(benchmark::State& state) {
+  const KxK s = kKxK[state.range(0)];
+  const int64_t N = 32, OH = (s.H + 2 * s.pad - s.R) / s.stride + 1;
+  const onednn::WgradGeo g{N, s.H, s.H, s.C, s.K, s.stride, s.R, s.R, s.pad};
+  if (!onednn::conv_wgrad_bf16_fits(g)) {
+    state.SkipWithError("no own kernel for this shape in this build");
+    return;
+  }
+  std::unique_ptr<Backend> holder = make_backend("onednn");
+  std::mt19937 rng(1);
+  auto as_bf16 = [&](const Tensor& f) {
+    Tensor t = Tensor::empty(f.shape(), DType::bf16, f.layout());
+    holder->copy(f, t);
+    return t;
+  };
+  const Tensor x = as_bf16(random_tensor({N, s.C, s.H, s.H}, rng, Layout::NHWC));
+  const Tensor dy = as_bf16(random_tensor({N, s.K, OH, OH}, rng, Layout::NHWC));
+  Tensor dw = Tensor::empty({s.K, s.C, s.R, s.R}, DType::bf16);
+  std::vector<float> work(static_cast<size_t>(onednn::conv_wgrad_bf16_workspace(g)));
+  for (auto _ : state)
+    onednn::conv_wgrad_bf16(g, x.data_as<uint16_t>(), dy.data_as<uint16_t>(),
+                            dw.data_as<uint16_t>(), work.data());
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * N * s.K * s.C * s.R * s.R * OH * OH, benchmark::Counter::kIsIterationInvariantRate,
+      benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_ConvBwdWeightsBf16Own)
+    ->ArgNames({"shape"})
+    ->DenseRange(0, 7)
+    ->Unit(benchmark::kMillisecond);
+
 /// ResNet-50's 1x1 convs at batch 32 (the downsampling ones with their stride 2).
 constexpr KxK k1x1[] = {
     {64, 64, 1, 1, 0, 56},    {64, 256, 1, 1, 0, 56},   {256, 64, 1, 1, 0, 56},
@@ -200,9 +236,9 @@ constexpr KxK k1x1[] = {
     {2048, 512, 1, 1, 0, 7},  {256, 512, 1, 2, 0, 56},  {1024, 2048, 1, 2, 0, 14}};
 
 /// The bf16 weight gradient of k1x1[range(1)]: oneDNN's direct kernel (range(0) = 0, the
-/// backend under policy `direct`) or our own AVX-512 BF16 GEMM (1, conv1x1_wgrad_bf16 called
-/// directly, at every shape; skipped where the build has none). What
-/// conv1x1_own_wgrad_allowed's 7x7 rule comes from.
+/// backend under policy `direct`) or our own AVX-512 BF16 GEMM (1, conv_wgrad_bf16 called
+/// directly, at every shape; skipped where the build has none). What conv_own_wgrad_allowed's
+/// 7x7 rule for 1x1s comes from.
 void BM_Conv1x1BwdWeightsBf16(benchmark::State& state) {
   std::unique_ptr<Backend> holder = make_backend("onednn");
   auto& be = dynamic_cast<onednn::OnednnBackend&>(*holder);
@@ -212,7 +248,7 @@ void BM_Conv1x1BwdWeightsBf16(benchmark::State& state) {
   }
   const KxK s = k1x1[state.range(1)];
   const bool own = state.range(0) != 0;
-  if (own && !onednn::conv1x1_wgrad_bf16_built()) {
+  if (own && !onednn::conv_wgrad_bf16_built()) {
     state.SkipWithError("no AVX-512 BF16 1x1 weight-gradient kernel in this build");
     return;
   }
@@ -228,12 +264,12 @@ void BM_Conv1x1BwdWeightsBf16(benchmark::State& state) {
   const Tensor dy = as_bf16(random_tensor({N, s.K, OH, OH}, rng, Layout::NHWC));
   Tensor dw = Tensor::empty({s.K, s.C, 1, 1}, DType::bf16);
   const Conv2dParams p{static_cast<int>(s.stride), 0};
-  const onednn::Conv1x1Geo g{N, s.H, s.H, s.C, s.K, s.stride};
-  std::vector<float> work(static_cast<size_t>(onednn::conv1x1_wgrad_bf16_workspace(g)));
+  const onednn::WgradGeo g{N, s.H, s.H, s.C, s.K, s.stride};
+  std::vector<float> work(static_cast<size_t>(onednn::conv_wgrad_bf16_workspace(g)));
   auto run = [&] {
     if (own)
-      onednn::conv1x1_wgrad_bf16(g, x.data_as<uint16_t>(), dy.data_as<uint16_t>(),
-                                 dw.data_as<uint16_t>(), work.data());
+      onednn::conv_wgrad_bf16(g, x.data_as<uint16_t>(), dy.data_as<uint16_t>(),
+                              dw.data_as<uint16_t>(), work.data());
     else
       be.conv2d_bwd_weights(p, x, dy, dw);
   };

@@ -18,13 +18,13 @@
 // default, backward only; conv_algo.h, conv_matmul.cpp), and on CPUs without AVX-512, where
 // oneDNN has no Winograd, f32 3x3 stride-1 NHWC convs in all three directions as our own
 // Winograd (conv_winograd.cpp). On CPUs with AVX-512 BF16 and no AMX, the bf16 weight gradient
-// of 1x1 NHWC convs with outputs of 7x7 pixels or fewer runs as our own GEMM
-// (conv1x1_wgrad_bf16.cpp), which writes the plain OIHW gradient (no reorder).
+// of NHWC convs with outputs of 7x7 pixels or fewer, 1x1 or stride 2, runs as our own GEMM
+// (conv_wgrad_bf16.cpp), which writes the plain OIHW gradient (no reorder).
 #include <algorithm>
 
-#include "backend/cpu/conv1x1_wgrad_bf16.h"
 #include "backend/cpu/conv_im2col.h"
 #include "backend/cpu/conv_matmul.h"
+#include "backend/cpu/conv_wgrad_bf16.h"
 #include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/onednn_backend.h"
 #include "core/check.h"
@@ -266,14 +266,14 @@ void OnednnBackend::conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, c
   const Geo g = conv_geo("conv2d_bwd_weights", p, x, dw, dy);
   if (conv1x1_as_matmul(ConvDir::bwd_weights, p, x, dw, dy))
     return conv1x1_bwd_weights_matmul(*this, p, x, dy, dw);
-  if (g.R == 1 && g.S == 1 && p.pad == 0 && conv1x1_own_wgrad_allowed(g.dt, g.OH * g.OW) &&
-      x.layout() == Layout::NHWC && dy.layout() == Layout::NHWC) {
-    const Conv1x1Geo cg{x.n(), x.h(), x.w(), x.c(), dy.c(), p.stride};
-    if (conv1x1_wgrad_bf16_fits(cg)) {
+  if (g.R == g.S && x.layout() == Layout::NHWC && dy.layout() == Layout::NHWC &&
+      conv_own_wgrad_allowed(g.dt, ConvShapeInfo{g.C, g.K, g.R, p.stride, g.OH * g.OW})) {
+    const WgradGeo cg{x.n(), x.h(), x.w(), x.c(), dy.c(), p.stride, g.R, g.S, p.pad};
+    if (conv_wgrad_bf16_fits(cg)) {
       auto* work = static_cast<float*>(
-          scratch(kScratchWork, sizeof(float) * conv1x1_wgrad_bf16_workspace(cg)));
-      return conv1x1_wgrad_bf16(cg, x.data_as<uint16_t>(), dy.data_as<uint16_t>(),
-                                dw.data_as<uint16_t>(), work);
+          scratch(kScratchWork, sizeof(float) * conv_wgrad_bf16_workspace(cg)));
+      return conv_wgrad_bf16(cg, x.data_as<uint16_t>(), dy.data_as<uint16_t>(),
+                             dw.data_as<uint16_t>(), work);
     }
   }
   if (conv_bwd_weights_as_own_winograd(p, x, dw, dy))

@@ -23,8 +23,8 @@ namespace rn50::onednn {
 ///    there f32 3x3 stride-1 NHWC convs as our own Winograd F(4x4, 3x3) on oneDNN's batched
 ///    matmul (conv_winograd.cpp) where it has enough tiles, in all three directions (the weight
 ///    gradient then not as im2col), and on CPUs with AVX-512 BF16 but no AMX the bf16 weight
-///    gradient of 1x1 NHWC convs with outputs of 7x7 pixels or fewer as our own GEMM
-///    (1.2-1.4x oneDNN's kernel there; conv1x1_wgrad_bf16.h).
+///    gradient of NHWC convs with outputs of 7x7 pixels or fewer, 1x1 or stride 2, as our own
+///    GEMM (1.2-1.4x oneDNN's kernels there; conv_wgrad_bf16.h).
 ///  * direct: neither (every conv is oneDNN's direct convolution; the torchvision parity test).
 ///  * matmul: as auto, and 1x1 NHWC convs as matmuls in all three directions, and every KxK
 ///    NHWC conv's weight gradient as im2col + matmuls, in f32 and bf16 on every CPU, and our own
@@ -68,13 +68,13 @@ bool conv_im2col_allowed(DType dt, const ConvShapeInfo& s);
 /// `direct`.
 bool conv1x1_matmul_allowed(DType dt, ConvDir dir);
 
-/// Whether the bf16 weight gradient of a 1x1 pad-0 convolution (any stride) with NHWC
-/// activations and outputs of `out_pixels` = OH x OW pixels per image runs as our own AVX-512
-/// BF16 GEMM (conv1x1_wgrad_bf16.h) when its shape fits: with `automatic` on CPUs whose build
-/// has the kernel (AVX-512 BF16 without AMX) for outputs of 7x7 pixels or fewer, where it beats
-/// oneDNN 2.6's jit_bf16_1x1 kernel (see the definition for the measurement); never with
-/// `direct`; with `matmul` the matmul takes these convolutions first.
-bool conv1x1_own_wgrad_allowed(DType dt, int64_t out_pixels);
+/// Whether the bf16 weight gradient of a convolution with NHWC activations of shape `s` (1x1
+/// or KxK, any stride and padding) runs as our own AVX-512 BF16 GEMM (conv_wgrad_bf16.h) when
+/// its shape fits: with `automatic` on CPUs whose build has the kernel (AVX-512 BF16 without
+/// AMX) at the shapes where it beats oneDNN 2.6's jit_bf16 kernels, outputs of 7x7 pixels or
+/// fewer (see the definition for the measurement); never with `direct`; never with `matmul`
+/// (the matmul and im2col paths take these convolutions there).
+bool conv_own_wgrad_allowed(DType dt, const ConvShapeInfo& s);
 /// Whether the training backend's f32 3x3 stride-1 convs on NHWC activations may run forward,
 /// backward-data and backward-weights as our own Winograd F(4x4, 3x3) (conv_winograd.h): with
 /// `automatic` on CPUs without AVX-512 (where oneDNN has no Winograd), always with `matmul` (so

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "backend/cpu/conv1x1_wgrad_bf16.h"
+#include "backend/cpu/conv_wgrad_bf16.h"
 #include "backend/factories.h"
 #include "core/check.h"
 #include "rn50/profile.h"
@@ -261,15 +261,22 @@ bool conv1x1_matmul_allowed(DType dt, ConvDir dir) {
   return cpu_has_amx();
 }
 
-bool conv1x1_own_wgrad_allowed(DType dt, int64_t out_pixels) {
-  // bench_micro's BM_Conv1x1BwdWeightsBf16, ResNet-50's 1x1s at batch 32, 2-core AMD EPYC with
-  // AVX-512 BF16, medians of 5, randomly interleaved (oneDNN / own ms): at 7x7 outputs
+bool conv_own_wgrad_allowed(DType dt, const ConvShapeInfo& s) {
+  // 1x1: bench_micro's BM_Conv1x1BwdWeightsBf16, ResNet-50's 1x1s at batch 32, 2-core AMD EPYC
+  // with AVX-512 BF16, medians of 5, randomly interleaved (oneDNN / own ms): at 7x7 outputs
   // 512->2048 10.5 / 8.54, 2048->512 12.8 / 9.16, 1024->2048 stride 2 24.2 / 18.2; at 14x14
   // 9.51 / 9.64 and 9.07 / 8.77; at 28x28 and 56x56 oneDNN level or ahead (64->64 2.96 / 3.60,
   // 64->256 10.6 / 14.7, 256->128 20.2 / 21.3: there the packing and the streaming from memory
   // cost more than oneDNN's kernel loses). So: outputs of 7x7 pixels or fewer.
-  return conv_algo() == ConvAlgo::automatic && dt == DType::bf16 && out_pixels <= 49 &&
-         conv1x1_wgrad_bf16_built() && !cpu_has_amx();
+  // 3x3: BM_ConvBwdWeightsBf16/im2col:0 against BM_ConvBwdWeightsBf16Own, same machine, medians
+  // of 3, randomly interleaved (ms): 512 stride 2 to 7x7 27.5 / 21.5; 512 at 7x7 18.5 / 20.7
+  // (its padding is 40% of the taps' rows, which the GEMM multiplies as zeros); 256 stride 2 to
+  // 14x14 19.5 / 19.4; 128 stride 2 to 28x28 21.4 / 19.9; stride 1 at 14x14 and up oneDNN ahead
+  // (16.3 / 19.0, 17.2 / 19.0, 19.0 / 24.2). So: stride 2 to outputs of 7x7 pixels or fewer.
+  if (conv_algo() != ConvAlgo::automatic || dt != DType::bf16 || !conv_wgrad_bf16_built() ||
+      cpu_has_amx() || s.out_pixels > 49)
+    return false;
+  return s.R == 1 || s.stride == 2;
 }
 
 bool conv_im2col_allowed(DType dt, const ConvShapeInfo& s) {

@@ -1,11 +1,13 @@
-// rn50: the bf16 weight gradient of a 1x1 NHWC convolution as our own AVX-512 BF16 GEMM (see
-// conv1x1_wgrad_bf16.h).
+// rn50: the bf16 weight gradient of an NHWC convolution as our own AVX-512 BF16 GEMM (see
+// conv_wgrad_bf16.h).
 // Why: on CPUs with AVX-512 BF16 but no AMX, oneDNN 2.6 computes these with its
-// jit_bf16_1x1:avx512_core_bf16 kernel, which is weakest where the outputs are smallest: at
-// ResNet-50's 7x7 layers, batch 32, 255-315 GFLOP/s on a 2-core AMD EPYC whose bf16 peak
-// (`rn50 bench peak`) is 474; this GEMM reaches 360-390 there (bench_micro's
-// BM_Conv1x1BwdWeightsBf16; conv1x1_own_wgrad_allowed holds the figures). oneDNN's matmul with a
-// transposed dY was no faster in the step. The weight gradient is a GEMM whose reduction runs
+// jit_bf16_1x1 / jit_bf16 avx512_core_bf16 kernels, which are weakest where the outputs are
+// smallest: at ResNet-50's 7x7 layers, batch 32, 255-315 GFLOP/s for the 1x1s on a 2-core AMD
+// EPYC whose bf16 peak (`rn50 bench peak`) is 474; this GEMM reaches 360-390 there (bench_micro's
+// BM_Conv1x1BwdWeightsBf16 and BM_ConvBwdWeightsBf16Own; conv_own_wgrad_allowed holds the
+// figures). A KxK conv is the same GEMM with R x S times the columns, each tap's panel packed
+// from the input pixels that tap reads (zero rows where it falls in the padding). oneDNN's
+// matmul with a transposed dY was no faster in the step. The weight gradient is a GEMM whose reduction runs
 // over the pixels, the slow dimension of both NHWC operands, so vdpbf16ps (which sums products
 // of element PAIRS along the reduction) needs two consecutive pixels interleaved in both
 // operands: packed here per chunk of pixels into small cache-resident buffers (the B panel
@@ -13,7 +15,7 @@
 // accumulators) held over the whole chunk. At 28x28 and 56x56 outputs the packing and the
 // streaming of the large operands from memory leave it level with oneDNN or behind (the tile
 // itself runs at 90% of the peak from the caches).
-#include "backend/cpu/conv1x1_wgrad_bf16.h"
+#include "backend/cpu/conv_wgrad_bf16.h"
 
 #include <omp.h>
 
@@ -76,11 +78,11 @@ struct Interleave {
   }
 };
 
-/// Writes n (<= 32) pairs (u[i], v[i]) as 2n bf16 at out; v null: pairs (u[i], 0).
+/// Writes n (<= 32) pairs (u[i], v[i]) as 2n bf16 at out; a null u or v reads as zeros.
 inline void interleave32(const Interleave& il, const uint16_t* u, const uint16_t* v, int64_t n,
                          uint16_t* out) {
   const __mmask32 m = n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1;
-  const __m512i a = _mm512_maskz_loadu_epi16(m, u);
+  const __m512i a = u != nullptr ? _mm512_maskz_loadu_epi16(m, u) : _mm512_setzero_si512();
   const __m512i b = v != nullptr ? _mm512_maskz_loadu_epi16(m, v) : _mm512_setzero_si512();
   const __m512i lo = _mm512_permutex2var_epi16(a, il.lo, b);
   const __m512i hi = _mm512_permutex2var_epi16(a, il.hi, b);
@@ -95,17 +97,19 @@ inline void interleave32(const Interleave& il, const uint16_t* u, const uint16_t
   }
 }
 
-/// Packs `len` pixel rows (pointers rows[i], each `n` bf16 starting at column `col`) as pairs:
-/// out[q][j][2] = (rows[2q][col + j], rows[2q + 1][col + j]), the second 0 past len.
+/// Packs `len` pixel rows (pointers rows[i], each `n` bf16 starting at column `col`; null: a row
+/// of zeros) as pairs: out[q][j][2] = (rows[2q][col + j], rows[2q + 1][col + j]), the second 0
+/// past len.
 void pack_pairs(const Interleave& il, const uint16_t* const* rows, int64_t len, int64_t col,
                 int64_t n, uint16_t* out) {
   for (int64_t q = 0; 2 * q < len; ++q) {
-    const uint16_t* u = rows[2 * q] + col;
-    const uint16_t* v = 2 * q + 1 < len ? rows[2 * q + 1] + col : nullptr;
+    const uint16_t* u = rows[2 * q] != nullptr ? rows[2 * q] + col : nullptr;
+    const uint16_t* v =
+        2 * q + 1 < len && rows[2 * q + 1] != nullptr ? rows[2 * q + 1] + col : nullptr;
     uint16_t* o = out + q * n * 2;
     for (int64_t j = 0; j < n; j += 32)
-      interleave32(il, u + j, v != nullptr ? v + j : nullptr, std::min<int64_t>(32, n - j),
-                   o + 2 * j);
+      interleave32(il, u != nullptr ? u + j : nullptr, v != nullptr ? v + j : nullptr,
+                   std::min<int64_t>(32, n - j), o + 2 * j);
   }
 }
 
@@ -135,26 +139,31 @@ using TileFn = void (*)(const int32_t*, int64_t, const uint16_t*, int64_t, float
 constexpr TileFn kTiles[kRows + 1] = {nullptr,  &tile<1>, &tile<2>, &tile<3>,
                                       &tile<4>, &tile<5>, &tile<6>};
 
-/// One thread's share of dW: f32 sums into work[K][C], then rounded into dw[K][C].
-void run_share(const Conv1x1Geo& g, const Share& s, const uint16_t* x, const uint16_t* dy,
+/// One thread's share of dW: f32 sums into work[K][R*S*C] (columns tap by tap), then rounded
+/// into dw (OIHW).
+void run_share(const WgradGeo& g, const Share& s, const uint16_t* x, const uint16_t* dy,
                uint16_t* dw, float* work) {
   static const Interleave il;
-  const int64_t OH = g.OH(), OW = g.OW(), P = g.N * OH * OW, C = g.C, K = g.K;
-  const int64_t rows = s.m1 - s.m0;
+  const int64_t OH = g.OH(), OW = g.OW(), P = g.N * OH * OW, C = g.C, K = g.K, cols = g.cols();
+  const int64_t rows = s.m1 - s.m0, taps = g.R * g.S;
   if (rows <= 0 || s.n1 <= s.n0) return;
   thread_local std::vector<uint16_t> apack, bpack;
   thread_local std::vector<const uint16_t*> xrows, dyrows;
+  thread_local std::vector<int64_t> origin;  // per pixel of the chunk: n, ih0, iw0
   apack.resize(static_cast<size_t>(kPc * rows));
   bpack.resize(static_cast<size_t>(kPc * kPanel));
-  // Output pixel p's rows of dY and X (its input pixel, at the stride) for the chunk from p0.
   xrows.resize(kPc);
   dyrows.resize(kPc);
+  origin.resize(3 * kPc);
   for (int64_t p0 = 0; p0 < P; p0 += kPc) {
     const int64_t len = std::min(kPc, P - p0), pairs = (len + 1) / 2;
+    // Output pixel p's row of dY, and where its window starts in x (the tap (0, 0)).
     int64_t n = p0 / (OH * OW), oh = p0 / OW % OH, ow = p0 % OW;
     for (int64_t i = 0; i < len; ++i) {
-      xrows[i] = x + ((n * g.H + oh * g.stride) * g.W + ow * g.stride) * C;
       dyrows[i] = dy + (p0 + i) * K;
+      origin[3 * i] = n;
+      origin[3 * i + 1] = oh * g.stride - g.pad;
+      origin[3 * i + 2] = ow * g.stride - g.pad;
       if (++ow == OW) {
         ow = 0;
         if (++oh == OH) oh = 0, ++n;
@@ -162,19 +171,40 @@ void run_share(const Conv1x1Geo& g, const Share& s, const uint16_t* x, const uin
     }
     pack_pairs(il, dyrows.data(), len, s.m0, rows, apack.data());
     const auto* a32 = reinterpret_cast<const int32_t*>(apack.data());
+    int64_t tap = -1;
     for (int64_t c0 = s.n0; c0 < s.n1; c0 += kPanel) {
-      pack_pairs(il, xrows.data(), len, c0, kPanel, bpack.data());
+      if (c0 / C != tap) {  // the pixels this tap reads (null in the padding)
+        tap = c0 / C;
+        const int64_t r = tap / g.S, q = tap % g.S;
+        for (int64_t i = 0; i < len; ++i) {
+          const int64_t ih = origin[3 * i + 1] + r, iw = origin[3 * i + 2] + q;
+          xrows[i] = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W
+                         ? x + ((origin[3 * i] * g.H + ih) * g.W + iw) * C
+                         : nullptr;
+        }
+      }
+      pack_pairs(il, xrows.data(), len, c0 % C, kPanel, bpack.data());
       for (int64_t r = 0; r < rows; r += kRows) {
         const int mr = static_cast<int>(std::min<int64_t>(kRows, rows - r));
-        kTiles[mr](a32 + r, rows, bpack.data(), pairs, work + (s.m0 + r) * C + c0, C, p0 == 0);
+        kTiles[mr](a32 + r, rows, bpack.data(), pairs, work + (s.m0 + r) * cols + c0, cols,
+                   p0 == 0);
       }
     }
   }
-  // The sums rounded once to bf16 (vcvtneps2bf16: round to nearest even, as float_to_bf16).
+  // The sums rounded once to bf16 (vcvtneps2bf16: round to nearest even, as float_to_bf16),
+  // column (tap, c) of row k going to dw[k][c][tap].
   for (int64_t k = s.m0; k < s.m1; ++k)
     for (int64_t c = s.n0; c < s.n1; c += 16) {
-      const __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(work + k * C + c));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dw + k * C + c), (__m256i)h);
+      const __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(work + k * cols + c));
+      if (taps == 1) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dw + k * C + c), (__m256i)h);
+      } else {
+        alignas(32) uint16_t v[16];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(v), (__m256i)h);
+        const int64_t t = c / C, ci = c % C;
+        uint16_t* o = dw + (k * C + ci) * taps + t;
+        for (int j = 0; j < 16; ++j) o[j * taps] = v[j];
+      }
     }
 }
 
@@ -182,24 +212,26 @@ void run_share(const Conv1x1Geo& g, const Share& s, const uint16_t* x, const uin
 
 }  // namespace
 
-bool conv1x1_wgrad_bf16_built() { return RN50_WGRAD_BF16 != 0; }
+bool conv_wgrad_bf16_built() { return RN50_WGRAD_BF16 != 0; }
 
-bool conv1x1_wgrad_bf16_fits(const Conv1x1Geo& g) {
-  return conv1x1_wgrad_bf16_built() && g.N >= 1 && g.H >= 1 && g.W >= 1 && g.K >= 1 &&
-         g.stride >= 1 && g.C >= kPanel && g.C % kPanel == 0;
+bool conv_wgrad_bf16_fits(const WgradGeo& g) {
+  return conv_wgrad_bf16_built() && g.N >= 1 && g.H >= 1 && g.W >= 1 && g.K >= 1 &&
+         g.stride >= 1 && g.R >= 1 && g.S >= 1 && g.pad >= 0 && g.OH() >= 1 && g.OW() >= 1 &&
+         g.C >= kPanel && g.C % kPanel == 0;
 }
 
-int64_t conv1x1_wgrad_bf16_workspace(const Conv1x1Geo& g) { return g.K * g.C; }
+int64_t conv_wgrad_bf16_workspace(const WgradGeo& g) { return g.K * g.cols(); }
 
-void conv1x1_wgrad_bf16(const Conv1x1Geo& g, const uint16_t* x, const uint16_t* dy, uint16_t* dw,
-                        float* work) {
-  RN50_CHECK(conv1x1_wgrad_bf16_fits(g),
-             "conv1x1_wgrad_bf16: no kernel for N={} H={} W={} C={} K={} stride {} in this "
-             "build (needs AVX-512 BF16 and C a multiple of {})",
-             g.N, g.H, g.W, g.C, g.K, g.stride, kPanel);
+void conv_wgrad_bf16(const WgradGeo& g, const uint16_t* x, const uint16_t* dy, uint16_t* dw,
+                     float* work) {
+  RN50_CHECK(conv_wgrad_bf16_fits(g),
+             "conv_wgrad_bf16: no kernel for N={} H={} W={} C={} K={} {}x{} stride {} pad {} in "
+             "this build (needs AVX-512 BF16 and C a multiple of {})",
+             g.N, g.H, g.W, g.C, g.K, g.R, g.S, g.stride, g.pad, kPanel);
 #if RN50_WGRAD_BF16
 #pragma omp parallel
-  run_share(g, share_of(omp_get_thread_num(), omp_get_num_threads(), g.K, g.C), x, dy, dw, work);
+  run_share(g, share_of(omp_get_thread_num(), omp_get_num_threads(), g.K, g.cols()), x, dy, dw,
+            work);
 #else
   (void)x, (void)dy, (void)dw, (void)work;
 #endif

@@ -1,0 +1,55 @@
+// rn50: the bf16 weight gradient of a convolution on NHWC activations (1x1 or KxK, any stride
+// and padding), our own AVX-512 BF16 GEMM (conv_wgrad_bf16.cpp).
+#pragma once
+
+#include <cstdint>
+
+namespace rn50::onednn {
+
+/// Geometry of a convolution over NHWC activations: x (N, H, W, C), weights (K, C, R, S), dy
+/// (N, OH, OW, K) with OH = (H + 2 pad - R) / stride + 1 and OW likewise (torch's sizes).
+struct WgradGeo {
+  int64_t N = 0, H = 0, W = 0, C = 0;  ///< input batch, height, width, channels
+  int64_t K = 0;                       ///< output channels
+  int64_t stride = 1;
+  int64_t R = 1, S = 1;  ///< kernel height and width
+  int64_t pad = 0;       ///< zero padding on every side
+  int64_t OH() const { return (H + 2 * pad - R) / stride + 1; }
+  int64_t OW() const { return (W + 2 * pad - S) / stride + 1; }
+  /// Columns of the GEMM: the R x S taps times C.
+  int64_t cols() const { return R * S * C; }
+};
+
+/// Whether this build carries the kernel: compiled for a CPU with AVX-512 BF16 (vdpbf16ps;
+/// the build is -march=native) and not for AMX (where oneDNN's AMX matmuls take these
+/// convolutions, conv_algo.h).
+bool conv_wgrad_bf16_built();
+
+/// Whether the kernel takes a conv of this geometry: built, C a multiple of 64 (the kernel's
+/// column panel; every conv of ResNet-50 but the stem), K, R, S, stride >= 1, pad >= 0 and an
+/// output of at least one pixel.
+bool conv_wgrad_bf16_fits(const WgradGeo& g);
+
+/// f32 floats of workspace conv_wgrad_bf16 needs for `g`: K * R * S * C (the f32 sums).
+int64_t conv_wgrad_bf16_workspace(const WgradGeo& g);
+
+/// dw[k][c][r][s] = sum over n, oh, ow of dy[n][oh][ow][k] * x[n][oh*stride + r - pad]
+/// [ow*stride + s - pad][c] (x zero outside the image): the weight gradient of the conv, in bf16
+/// (the bits, round-to-nearest-even once from the f32 sum). x bf16 NHWC (N, H, W, C), dy bf16
+/// NHWC (N, OH, OW, K), dw bf16 OIHW (K, C, R, S), overwritten; `work` at least
+/// conv_wgrad_bf16_workspace(g) floats.
+/// The GEMM dW[K, R*S*C] = dY^T[K, P] . Xcol[P, R*S*C] over the P = N * OH * OW output pixels,
+/// Xcol's row p holding, tap by tap, the input pixel each tap of p reads (im2col, Chellapilla et
+/// al., "High Performance Convolutional Neural Networks for Document Processing", 2006, gathered
+/// per chunk, never stored whole), blocked as in Goto & van de Geijn, "Anatomy of
+/// High-Performance Matrix Multiplication", ACM TOMS 34(3), 2008: pixel chunks of kPc, both
+/// operands packed per chunk into vdpbf16ps's pair layout (two consecutive pixels interleaved,
+/// Intel SDM "VDPBF16PS"), register tiles of 6 rows x 64 columns, dW split between the threads
+/// by rows, or by column panels when it has more columns than rows (no reduction; the result
+/// does not depend on the thread count). Products are summed in f32 by vdpbf16ps, which treats
+/// bf16 subnormal inputs as zero (as oneDNN's bf16 kernels do). Throws rn50::Error when
+/// !fits(g).
+void conv_wgrad_bf16(const WgradGeo& g, const uint16_t* x, const uint16_t* dy, uint16_t* dw,
+                     float* work);
+
+}  // namespace rn50::onednn

@@ -1,0 +1,188 @@
+// The bf16 weight gradient of NHWC convolutions by our own AVX-512 BF16 GEMM
+// (src/backend/cpu/conv_wgrad_bf16.cpp) against a float64 reference on random data: 1x1 shapes
+// with rows and columns that do and do not fill the 6 x 64 register tile, an odd pixel count (a
+// pair padded with zero), several pixel chunks, stride 2; 3x3 shapes with padding at strides 1
+// and 2 and a 2x2 kernel without padding; 1 and 2 threads giving the same bits; and, through the
+// oneDNN backend's conv2d_bwd_weights (which takes it for some of these convolutions on CPUs
+// with AVX-512 BF16 and no AMX), the answer oneDNN's direct kernel gives.
+// Skips where the build has no such kernel (a CPU without AVX-512 BF16, or with AMX).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/conv_wgrad_bf16.h"
+#include "backend/cpu/conv_algo.h"
+#include "backend/cpu/onednn_backend.h"
+#include "core/bf16.h"
+#include "rn50/backend.h"
+#include "rn50/error.h"
+#include "rn50/tensor.h"
+
+namespace rn50::test {
+namespace {
+
+using onednn::WgradGeo;
+
+std::vector<uint16_t> random_bf16(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  for (auto& e : v) e = float_to_bf16(d(rng));
+  return v;
+}
+
+/// dw[k][c][r][s] = sum_p dy[p][k] * x[in(p, r, s)][c] in float64 (x zero in the padding), and
+/// sum_p |dy| |x| (the error scale); both OIHW.
+void reference(const WgradGeo& g, const std::vector<uint16_t>& x,
+               const std::vector<uint16_t>& dy, std::vector<double>& dw,
+               std::vector<double>& mag) {
+  const int64_t OH = g.OH(), OW = g.OW(), RS = g.R * g.S;
+  dw.assign(static_cast<size_t>(g.K * g.C * RS), 0.0);
+  mag.assign(dw.size(), 0.0);
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow)
+        for (int64_t r = 0; r < g.R; ++r)
+          for (int64_t q = 0; q < g.S; ++q) {
+            const int64_t ih = oh * g.stride - g.pad + r, iw = ow * g.stride - g.pad + q;
+            if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
+            const int64_t p = (n * OH + oh) * OW + ow, i = (n * g.H + ih) * g.W + iw;
+            for (int64_t k = 0; k < g.K; ++k) {
+              const double a = bf16_to_float(dy[static_cast<size_t>(p * g.K + k)]);
+              for (int64_t c = 0; c < g.C; ++c) {
+                const double b = bf16_to_float(x[static_cast<size_t>(i * g.C + c)]);
+                const auto o = static_cast<size_t>((k * g.C + c) * RS + r * g.S + q);
+                dw[o] += a * b;
+                mag[o] += std::fabs(a * b);
+              }
+            }
+          }
+}
+
+std::vector<uint16_t> run_kernel(const WgradGeo& g, const std::vector<uint16_t>& x,
+                                 const std::vector<uint16_t>& dy) {
+  std::vector<uint16_t> dw(static_cast<size_t>(g.K * g.cols()), 0xffff);
+  std::vector<float> work(static_cast<size_t>(onednn::conv_wgrad_bf16_workspace(g)));
+  onednn::conv_wgrad_bf16(g, x.data(), dy.data(), dw.data(), work.data());
+  return dw;
+}
+
+class ConvWgradBf16 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!onednn::conv_wgrad_bf16_built())
+      GTEST_SKIP() << "this build has no AVX-512 BF16 weight-gradient kernel (CPU without "
+                      "AVX-512 BF16, or with AMX)";
+  }
+};
+
+TEST_F(ConvWgradBf16, MatchesFloat64ReferenceOnAssortedShapes) {
+  // {N, H, W, C, K, stride, R, S, pad}: 1x1 with K 6, 64 (a 4-row remainder), 13; C one panel
+  // and three; an odd pixel count (3 x 5 x 7 = 105); 2 x 20 x 20 = 800 pixels: four chunks, the
+  // last short; stride 2. 3x3 with padding 1 at stride 1 (odd pixel count, two chunks) and
+  // stride 2 (even input: the bottom and right taps never reach the padding); 2x2 unpadded.
+  const WgradGeo shapes[] = {
+      {2, 4, 4, 64, 6, 1},        {1, 3, 5, 64, 13, 1},       {3, 5, 7, 192, 64, 1},
+      {2, 20, 20, 128, 64, 1},    {2, 9, 9, 64, 20, 2},       {1, 8, 8, 256, 7, 2},
+      {3, 7, 7, 64, 10, 1, 3, 3, 1}, {2, 14, 14, 128, 13, 2, 3, 3, 1},
+      {1, 6, 5, 64, 8, 1, 2, 2, 0}};
+  uint32_t seed = 7;
+  for (const WgradGeo& g : shapes) {
+    SCOPED_TRACE(::testing::Message() << "N" << g.N << " H" << g.H << " W" << g.W << " C" << g.C
+                                      << " K" << g.K << " " << g.R << "x" << g.S << " stride "
+                                      << g.stride << " pad " << g.pad);
+    const auto x = random_bf16(g.N * g.H * g.W * g.C, seed++);
+    const auto dy = random_bf16(g.N * g.OH() * g.OW() * g.K, seed++);
+    std::vector<double> ref, mag;
+    reference(g, x, dy, ref, mag);
+    const auto dw = run_kernel(g, x, dy);
+    int64_t bad = 0;
+    for (size_t i = 0; i < dw.size(); ++i) {
+      // One bf16 rounding of the result (2^-8 relative) plus f32 summation (tiny here).
+      const double tol = std::fabs(ref[i]) * (1.0 / 256) + mag[i] * 1e-5 + 1e-6;
+      if (std::fabs(bf16_to_float(dw[i]) - ref[i]) > tol && bad++ < 5)
+        ADD_FAILURE() << "dw[" << i << "] = " << bf16_to_float(dw[i]) << ", reference " << ref[i];
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+TEST_F(ConvWgradBf16, OneThreadAndTwoGiveTheSameBits) {
+  // Column panels split between two threads (C = 128; a 3x3 with C = 64), then rows (C = 64,
+  // K = 70).
+  for (const WgradGeo& g : {WgradGeo{2, 10, 10, 128, 40, 1}, WgradGeo{2, 10, 10, 64, 70, 1},
+                           WgradGeo{2, 10, 10, 64, 40, 2, 3, 3, 1}}) {
+    const auto x = random_bf16(g.N * g.H * g.W * g.C, 11);
+    const auto dy = random_bf16(g.N * g.OH() * g.OW() * g.K, 12);
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const auto one = run_kernel(g, x, dy);
+    omp_set_num_threads(2);
+    const auto two = run_kernel(g, x, dy);
+    omp_set_num_threads(saved);
+    EXPECT_EQ(one, two) << "C " << g.C << " K " << g.K;
+  }
+}
+
+TEST_F(ConvWgradBf16, TheBackendTakesItAt7x7AndAgreesWithOnednn) {
+  onednn::set_conv_algo(onednn::ConvAlgo::automatic);
+  const bool taken_1x1 = onednn::conv_own_wgrad_allowed(DType::bf16, {512, 256, 1, 1, 49});
+  const bool taken_3x3 = onednn::conv_own_wgrad_allowed(DType::bf16, {512, 512, 3, 2, 49});
+  const bool taken_3x3_s1 = onednn::conv_own_wgrad_allowed(DType::bf16, {512, 512, 3, 1, 49});
+  onednn::set_conv_algo(onednn::ConvAlgo::direct);
+  const bool taken_direct = onednn::conv_own_wgrad_allowed(DType::bf16, {512, 256, 1, 1, 49});
+  onednn::set_conv_algo(std::nullopt);
+  ASSERT_TRUE(taken_1x1 && taken_3x3)
+      << "the policy should send 7x7-output bf16 1x1 and stride-2 3x3 weight gradients to the "
+         "kernel on a CPU whose build has it";
+  EXPECT_FALSE(taken_3x3_s1) << "oneDNN's kernel is the faster one for 3x3 stride 1 at 7x7";
+  EXPECT_FALSE(taken_direct) << "policy `direct` must keep oneDNN's kernels";
+  std::unique_ptr<Backend> be = make_backend("onednn");
+  // ResNet-50's layer4 shapes at batch 2: 512 -> 256 at 7x7, 256 -> 128 stride 2 from 14x14,
+  // and the 3x3 512 -> 512 stride 2 from 14x14 (here with 128 channels).
+  for (const WgradGeo& g : {WgradGeo{2, 7, 7, 512, 256, 1}, WgradGeo{2, 14, 14, 256, 128, 2},
+                           WgradGeo{2, 14, 14, 128, 128, 2, 3, 3, 1}}) {
+    auto tensor = [&](std::vector<int64_t> shape, uint32_t seed) {
+      Tensor t = Tensor::empty(std::move(shape), DType::bf16, Layout::NHWC);
+      const auto v = random_bf16(t.numel(), seed);
+      std::copy(v.begin(), v.end(), t.data_as<uint16_t>());
+      return t;
+    };
+    const Tensor x = tensor({g.N, g.C, g.H, g.W}, 21), dy = tensor({g.N, g.K, g.OH(), g.OW()}, 22);
+    Tensor own = Tensor::empty({g.K, g.C, g.R, g.S}, DType::bf16);
+    Tensor ref = Tensor::empty({g.K, g.C, g.R, g.S}, DType::bf16);
+    const Conv2dParams p{static_cast<int>(g.stride), static_cast<int>(g.pad)};
+    onednn::set_conv_algo(onednn::ConvAlgo::direct);
+    be->conv2d_bwd_weights(p, x, dy, ref);
+    onednn::set_conv_algo(onednn::ConvAlgo::automatic);
+    be->conv2d_bwd_weights(p, x, dy, own);
+    onednn::set_conv_algo(std::nullopt);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < own.numel(); ++i) {
+      const float a = bf16_to_float(own.data_as<uint16_t>()[i]);
+      const float b = bf16_to_float(ref.data_as<uint16_t>()[i]);
+      // Both round an f32 sum of the same products once to bf16; the sums' order differs.
+      if (std::fabs(a - b) > std::fabs(b) * (1.0f / 64) + 0.05f && bad++ < 5)
+        ADD_FAILURE() << "dw[" << i << "] own " << a << ", oneDNN " << b;
+    }
+    EXPECT_EQ(bad, 0) << "C " << g.C << " K " << g.K << " " << g.R << "x" << g.S << " stride "
+                      << g.stride;
+  }
+}
+
+TEST_F(ConvWgradBf16, RejectsChannelCountsOffThePanel) {
+  EXPECT_FALSE(onednn::conv_wgrad_bf16_fits(WgradGeo{1, 4, 4, 48, 8, 1}));
+  const WgradGeo g{1, 4, 4, 96, 8, 1};
+  std::vector<uint16_t> x(16 * 96), dy(16 * 8), dw(8 * 96);
+  std::vector<float> work(8 * 96);
+  EXPECT_THROW(onednn::conv_wgrad_bf16(g, x.data(), dy.data(), dw.data(), work.data()),
+               rn50::Error);
+}
+
+}  // namespace
+}  // namespace rn50::test
