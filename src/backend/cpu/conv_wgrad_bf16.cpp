@@ -5,16 +5,16 @@
 // smallest: at ResNet-50's 7x7 layers, batch 32, 255-315 GFLOP/s for the 1x1s on a 2-core AMD
 // EPYC whose bf16 peak (`rn50 bench peak`) is 474; this GEMM reaches 360-390 there (bench_micro's
 // BM_Conv1x1BwdWeightsBf16 and BM_ConvBwdWeightsBf16Own; conv_own_wgrad_allowed holds the
-// figures). A KxK conv is the same GEMM with R x S times the columns, each tap's panel packed
-// from the input pixels that tap reads (zero rows where it falls in the padding). oneDNN's
-// matmul with a transposed dY was no faster in the step. The weight gradient is a GEMM whose reduction runs
-// over the pixels, the slow dimension of both NHWC operands, so vdpbf16ps (which sums products
-// of element PAIRS along the reduction) needs two consecutive pixels interleaved in both
-// operands: packed here per chunk of pixels into small cache-resident buffers (the B panel
-// 32 KiB, the A block of the thread's rows), the register tile 6 rows x 64 channels (24 f32
-// accumulators) held over the whole chunk. At 28x28 and 56x56 outputs the packing and the
-// streaming of the large operands from memory leave it level with oneDNN or behind (the tile
-// itself runs at 90% of the peak from the caches).
+// figures). oneDNN's matmul with a transposed dY was no faster in the step. The weight gradient
+// is a GEMM whose reduction runs over the pixels, the slow dimension of both NHWC operands, so
+// vdpbf16ps (which sums products of element PAIRS along the reduction) needs two consecutive
+// pixels interleaved in both operands: packed here per chunk of pixels into small cache-resident
+// buffers (the B panel 32 KiB, the A block of the thread's rows), the register tile 6 rows x 64
+// channels (24 f32 accumulators) held over the whole chunk. A KxK conv is the same GEMM with
+// R x S times the columns, each tap's panels packed from the input pixels that tap reads (zero
+// rows where it falls in the padding, multiplied like any other). At 28x28 and 56x56 outputs
+// the packing and the streaming of the large operands from memory leave it level with oneDNN or
+// behind (the tile itself runs at 90% of the peak from the caches).
 #include "backend/cpu/conv_wgrad_bf16.h"
 
 #include <omp.h>
