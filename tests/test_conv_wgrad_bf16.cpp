@@ -112,6 +112,23 @@ TEST_F(ConvWgradBf16, MatchesFloat64ReferenceOnAssortedShapes) {
   }
 }
 
+TEST_F(ConvWgradBf16, WritesOhwiWhenAsked) {
+  // The same sums, stored (K, R, S, C) instead of (K, C, R, S): the bits match element by element.
+  WgradGeo g{2, 7, 7, 128, 10, 2, 3, 3, 1};
+  const auto x = random_bf16(g.N * g.H * g.W * g.C, 31);
+  const auto dy = random_bf16(g.N * g.OH() * g.OW() * g.K, 32);
+  const auto oihw = run_kernel(g, x, dy);
+  g.ohwi = true;
+  const auto ohwi = run_kernel(g, x, dy);
+  int64_t bad = 0;
+  for (int64_t k = 0; k < g.K; ++k)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t t = 0; t < g.R * g.S; ++t)
+        bad += oihw[static_cast<size_t>((k * g.C + c) * 9 + t)] !=
+               ohwi[static_cast<size_t>((k * 9 + t) * g.C + c)];
+  EXPECT_EQ(bad, 0);
+}
+
 TEST_F(ConvWgradBf16, OneThreadAndTwoGiveTheSameBits) {
   // Column panels split between two threads (C = 128; a 3x3 with C = 64), then rows (C = 64,
   // K = 70).
@@ -145,33 +162,37 @@ TEST_F(ConvWgradBf16, TheBackendTakesItAt7x7AndAgreesWithOnednn) {
   std::unique_ptr<Backend> be = make_backend("onednn");
   // ResNet-50's layer4 shapes at batch 2: 512 -> 256 at 7x7, 256 -> 128 stride 2 from 14x14,
   // and the 3x3 512 -> 512 stride 2 from 14x14 (here with 128 channels).
-  for (const WgradGeo& g : {WgradGeo{2, 7, 7, 512, 256, 1}, WgradGeo{2, 14, 14, 256, 128, 2},
-                           WgradGeo{2, 14, 14, 128, 128, 2, 3, 3, 1}}) {
-    auto tensor = [&](std::vector<int64_t> shape, uint32_t seed) {
-      Tensor t = Tensor::empty(std::move(shape), DType::bf16, Layout::NHWC);
-      const auto v = random_bf16(t.numel(), seed);
-      std::copy(v.begin(), v.end(), t.data_as<uint16_t>());
-      return t;
-    };
-    const Tensor x = tensor({g.N, g.C, g.H, g.W}, 21), dy = tensor({g.N, g.K, g.OH(), g.OW()}, 22);
-    Tensor own = Tensor::empty({g.K, g.C, g.R, g.S}, DType::bf16);
-    Tensor ref = Tensor::empty({g.K, g.C, g.R, g.S}, DType::bf16);
-    const Conv2dParams p{static_cast<int>(g.stride), static_cast<int>(g.pad)};
-    onednn::set_conv_algo(onednn::ConvAlgo::direct);
-    be->conv2d_bwd_weights(p, x, dy, ref);
-    onednn::set_conv_algo(onednn::ConvAlgo::automatic);
-    be->conv2d_bwd_weights(p, x, dy, own);
-    onednn::set_conv_algo(std::nullopt);
-    int64_t bad = 0;
-    for (int64_t i = 0; i < own.numel(); ++i) {
-      const float a = bf16_to_float(own.data_as<uint16_t>()[i]);
-      const float b = bf16_to_float(ref.data_as<uint16_t>()[i]);
-      // Both round an f32 sum of the same products once to bf16; the sums' order differs.
-      if (std::fabs(a - b) > std::fabs(b) * (1.0f / 64) + 0.05f && bad++ < 5)
-        ADD_FAILURE() << "dw[" << i << "] own " << a << ", oneDNN " << b;
+  // Weights in OIHW and in KRSC (OHWI) order alike.
+  for (const Layout wl : {Layout::NCHW, Layout::NHWC}) {
+    for (const WgradGeo& g : {WgradGeo{2, 7, 7, 512, 256, 1}, WgradGeo{2, 14, 14, 256, 128, 2},
+                             WgradGeo{2, 14, 14, 128, 128, 2, 3, 3, 1}}) {
+      auto tensor = [&](std::vector<int64_t> shape, uint32_t seed) {
+        Tensor t = Tensor::empty(std::move(shape), DType::bf16, Layout::NHWC);
+        const auto v = random_bf16(t.numel(), seed);
+        std::copy(v.begin(), v.end(), t.data_as<uint16_t>());
+        return t;
+      };
+      const Tensor x = tensor({g.N, g.C, g.H, g.W}, 21);
+      const Tensor dy = tensor({g.N, g.K, g.OH(), g.OW()}, 22);
+      Tensor own = Tensor::empty({g.K, g.C, g.R, g.S}, DType::bf16, wl);
+      Tensor ref = Tensor::empty({g.K, g.C, g.R, g.S}, DType::bf16, wl);
+      const Conv2dParams p{static_cast<int>(g.stride), static_cast<int>(g.pad)};
+      onednn::set_conv_algo(onednn::ConvAlgo::direct);
+      be->conv2d_bwd_weights(p, x, dy, ref);
+      onednn::set_conv_algo(onednn::ConvAlgo::automatic);
+      be->conv2d_bwd_weights(p, x, dy, own);
+      onednn::set_conv_algo(std::nullopt);
+      int64_t bad = 0;
+      for (int64_t i = 0; i < own.numel(); ++i) {
+        const float a = bf16_to_float(own.data_as<uint16_t>()[i]);
+        const float b = bf16_to_float(ref.data_as<uint16_t>()[i]);
+        // Both round an f32 sum of the same products once to bf16; the sums' order differs.
+        if (std::fabs(a - b) > std::fabs(b) * (1.0f / 64) + 0.05f && bad++ < 5)
+          ADD_FAILURE() << "dw[" << i << "] own " << a << ", oneDNN " << b;
+      }
+      EXPECT_EQ(bad, 0) << "C " << g.C << " K " << g.K << " " << g.R << "x" << g.S << " stride "
+                        << g.stride << (wl == Layout::NHWC ? " OHWI" : " OIHW");
     }
-    EXPECT_EQ(bad, 0) << "C " << g.C << " K " << g.K << " " << g.R << "x" << g.S << " stride "
-                      << g.stride;
   }
 }
 

@@ -268,7 +268,8 @@ void OnednnBackend::conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, c
     return conv1x1_bwd_weights_matmul(*this, p, x, dy, dw);
   if (g.R == g.S && x.layout() == Layout::NHWC && dy.layout() == Layout::NHWC &&
       conv_own_wgrad_allowed(g.dt, ConvShapeInfo{g.C, g.K, g.R, p.stride, g.OH * g.OW})) {
-    const WgradGeo cg{x.n(), x.h(), x.w(), x.c(), dy.c(), p.stride, g.R, g.S, p.pad};
+    const WgradGeo cg{x.n(), x.h(), x.w(), x.c(), dy.c(), p.stride, g.R, g.S, p.pad,
+                      dw.layout() == Layout::NHWC};
     if (conv_wgrad_bf16_fits(cg)) {
       auto* work = static_cast<float*>(
           scratch(kScratchWork, sizeof(float) * conv_wgrad_bf16_workspace(cg)));

@@ -192,12 +192,13 @@ void run_share(const WgradGeo& g, const Share& s, const uint16_t* x, const uint1
     }
   }
   // The sums rounded once to bf16 (vcvtneps2bf16: round to nearest even, as float_to_bf16),
-  // column (tap, c) of row k going to dw[k][c][tap].
+  // column (tap, c) of row k going to dw[k][c][tap] (OIHW), or to dw[k][tap][c] (OHWI: the
+  // GEMM's own order).
   for (int64_t k = s.m0; k < s.m1; ++k)
     for (int64_t c = s.n0; c < s.n1; c += 16) {
       const __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(work + k * cols + c));
-      if (taps == 1) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dw + k * C + c), (__m256i)h);
+      if (taps == 1 || g.ohwi) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dw + k * cols + c), (__m256i)h);
       } else {
         alignas(32) uint16_t v[16];
         _mm256_store_si256(reinterpret_cast<__m256i*>(v), (__m256i)h);

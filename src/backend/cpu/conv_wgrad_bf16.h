@@ -14,6 +14,7 @@ struct WgradGeo {
   int64_t stride = 1;
   int64_t R = 1, S = 1;  ///< kernel height and width
   int64_t pad = 0;       ///< zero padding on every side
+  bool ohwi = false;     ///< dw in OHWI (KRSC) order instead of OIHW
   int64_t OH() const { return (H + 2 * pad - R) / stride + 1; }
   int64_t OW() const { return (W + 2 * pad - S) / stride + 1; }
   /// Columns of the GEMM: the R x S taps times C.
@@ -36,8 +37,8 @@ int64_t conv_wgrad_bf16_workspace(const WgradGeo& g);
 /// dw[k][c][r][s] = sum over n, oh, ow of dy[n][oh][ow][k] * x[n][oh*stride + r - pad]
 /// [ow*stride + s - pad][c] (x zero outside the image): the weight gradient of the conv, in bf16
 /// (the bits, round-to-nearest-even once from the f32 sum). x bf16 NHWC (N, H, W, C), dy bf16
-/// NHWC (N, OH, OW, K), dw bf16 OIHW (K, C, R, S), overwritten; `work` at least
-/// conv_wgrad_bf16_workspace(g) floats.
+/// NHWC (N, OH, OW, K), dw bf16 OIHW (K, C, R, S) or, with g.ohwi, OHWI (K, R, S, C),
+/// overwritten; `work` at least conv_wgrad_bf16_workspace(g) floats.
 /// The GEMM dW[K, R*S*C] = dY^T[K, P] . Xcol[P, R*S*C] over the P = N * OH * OW output pixels,
 /// Xcol's row p holding, tap by tap, the input pixel each tap of p reads (im2col, Chellapilla et
 /// al., "High Performance Convolutional Neural Networks for Document Processing", 2006, gathered
