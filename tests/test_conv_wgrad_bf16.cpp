@@ -151,13 +151,14 @@ TEST_F(ConvWgradBf16, TheBackendTakesItAt7x7AndAgreesWithOnednn) {
   const bool taken_1x1 = onednn::conv_own_wgrad_allowed(DType::bf16, {512, 256, 1, 1, 49});
   const bool taken_3x3 = onednn::conv_own_wgrad_allowed(DType::bf16, {512, 512, 3, 2, 49});
   const bool taken_3x3_s1 = onednn::conv_own_wgrad_allowed(DType::bf16, {512, 512, 3, 1, 49});
+  const bool taken_14x14 = onednn::conv_own_wgrad_allowed(DType::bf16, {256, 256, 3, 1, 196});
   onednn::set_conv_algo(onednn::ConvAlgo::direct);
   const bool taken_direct = onednn::conv_own_wgrad_allowed(DType::bf16, {512, 256, 1, 1, 49});
   onednn::set_conv_algo(std::nullopt);
-  ASSERT_TRUE(taken_1x1 && taken_3x3)
-      << "the policy should send 7x7-output bf16 1x1 and stride-2 3x3 weight gradients to the "
-         "kernel on a CPU whose build has it";
-  EXPECT_FALSE(taken_3x3_s1) << "oneDNN's kernel is the faster one for 3x3 stride 1 at 7x7";
+  ASSERT_TRUE(taken_1x1 && taken_3x3 && taken_3x3_s1)
+      << "the policy should send 7x7-output bf16 1x1 and 3x3 weight gradients to the kernel on "
+         "a CPU whose build has it";
+  EXPECT_FALSE(taken_14x14) << "oneDNN's kernel is the faster one at 14x14 outputs";
   EXPECT_FALSE(taken_direct) << "policy `direct` must keep oneDNN's kernels";
   std::unique_ptr<Backend> be = make_backend("onednn");
   // ResNet-50's layer4 shapes at batch 2: 512 -> 256 at 7x7, 256 -> 128 stride 2 from 14x14,

@@ -23,8 +23,8 @@ namespace rn50::onednn {
 ///    there f32 3x3 stride-1 NHWC convs as our own Winograd F(4x4, 3x3) on oneDNN's batched
 ///    matmul (conv_winograd.cpp) where it has enough tiles, in all three directions (the weight
 ///    gradient then not as im2col), and on CPUs with AVX-512 BF16 but no AMX the bf16 weight
-///    gradient of NHWC convs with outputs of 7x7 pixels or fewer, 1x1 or stride 2, as our own
-///    GEMM (1.2-1.4x oneDNN's kernels there; conv_wgrad_bf16.h).
+///    gradient of NHWC convs with outputs of 7x7 pixels or fewer as our own GEMM (1.1-1.4x
+///    oneDNN's kernels there; conv_wgrad_bf16.h).
 ///  * direct: neither (every conv is oneDNN's direct convolution; the torchvision parity test).
 ///  * matmul: as auto, and 1x1 NHWC convs as matmuls in all three directions, and every KxK
 ///    NHWC conv's weight gradient as im2col + matmuls, in f32 and bf16 on every CPU, and our own

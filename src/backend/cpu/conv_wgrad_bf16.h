@@ -42,14 +42,14 @@ int64_t conv_wgrad_bf16_workspace(const WgradGeo& g);
 /// The GEMM dW[K, R*S*C] = dY^T[K, P] . Xcol[P, R*S*C] over the P = N * OH * OW output pixels,
 /// Xcol's row p holding, tap by tap, the input pixel each tap of p reads (im2col, Chellapilla et
 /// al., "High Performance Convolutional Neural Networks for Document Processing", 2006, gathered
-/// per chunk, never stored whole), blocked as in Goto & van de Geijn, "Anatomy of
-/// High-Performance Matrix Multiplication", ACM TOMS 34(3), 2008: pixel chunks of kPc, both
-/// operands packed per chunk into vdpbf16ps's pair layout (two consecutive pixels interleaved,
-/// Intel SDM "VDPBF16PS"), register tiles of 6 rows x 64 columns, dW split between the threads
-/// by rows, or by column panels when it has more columns than rows (no reduction; the result
-/// does not depend on the thread count). Products are summed in f32 by vdpbf16ps, which treats
-/// bf16 subnormal inputs as zero (as oneDNN's bf16 kernels do). Throws rn50::Error when
-/// !fits(g).
+/// per chunk, never stored whole; the pixels whose tap falls in the padding left out), blocked
+/// as in Goto & van de Geijn, "Anatomy of High-Performance Matrix Multiplication", ACM TOMS
+/// 34(3), 2008: pixel chunks of kPc, both operands packed per chunk into vdpbf16ps's pair layout
+/// (two consecutive pixels interleaved, Intel SDM "VDPBF16PS"), register tiles of 6 rows x 64
+/// columns, dW split between the threads by rows, or by column panels when it has more columns
+/// than rows (no reduction; the result does not depend on the thread count). Products are
+/// summed in f32 by vdpbf16ps, which treats bf16 subnormal inputs as zero (as oneDNN's bf16
+/// kernels do). Throws rn50::Error when !fits(g).
 void conv_wgrad_bf16(const WgradGeo& g, const uint16_t* x, const uint16_t* dy, uint16_t* dw,
                      float* work);
 

@@ -268,15 +268,15 @@ bool conv_own_wgrad_allowed(DType dt, const ConvShapeInfo& s) {
   // 9.51 / 9.64 and 9.07 / 8.77; at 28x28 and 56x56 oneDNN level or ahead (64->64 2.96 / 3.60,
   // 64->256 10.6 / 14.7, 256->128 20.2 / 21.3: there the packing and the streaming from memory
   // cost more than oneDNN's kernel loses). So: outputs of 7x7 pixels or fewer.
-  // 3x3: BM_ConvBwdWeightsBf16/im2col:0 against BM_ConvBwdWeightsBf16Own, same machine, medians
-  // of 3, randomly interleaved (ms): 512 stride 2 to 7x7 27.5 / 21.5; 512 at 7x7 18.5 / 20.7
-  // (its padding is 40% of the taps' rows, which the GEMM multiplies as zeros); 256 stride 2 to
-  // 14x14 19.5 / 19.4; 128 stride 2 to 28x28 21.4 / 19.9; stride 1 at 14x14 and up oneDNN ahead
-  // (16.3 / 19.0, 17.2 / 19.0, 19.0 / 24.2). So: stride 2 to outputs of 7x7 pixels or fewer.
-  if (conv_algo() != ConvAlgo::automatic || dt != DType::bf16 || !conv_wgrad_bf16_built() ||
-      cpu_has_amx() || s.out_pixels > 49)
-    return false;
-  return s.R == 1 || s.stride == 2;
+  // 3x3 (taps in the padding left out): BM_ConvBwdWeightsBf16/im2col:0 against
+  // BM_ConvBwdWeightsBf16Own, same machine, medians of 7, randomly interleaved (oneDNN / own ms):
+  // 512 stride 2 to 7x7 28.9 / 21.7, 512 at 7x7 20.7 / 19.3, 256 stride 2 to 14x14
+  // 21.7 / 20.5, 256 at 14x14 16.7 / 19.1; of 5: 128 stride 2 to 28x28 22.9 / 25.1, 128 at
+  // 28x28 17.3 / 22.7, 64 at 56x56 19.1 / 31.6. In the step (four profiled runs each, taking
+  // turns) the weight gradients took 696-722 ms (median 708) with the two stride-1 512s against
+  // 704-723 (717) without. So: outputs of 7x7 pixels or fewer, any kernel and stride.
+  return conv_algo() == ConvAlgo::automatic && dt == DType::bf16 && conv_wgrad_bf16_built() &&
+         !cpu_has_amx() && s.out_pixels <= 49;
 }
 
 bool conv_im2col_allowed(DType dt, const ConvShapeInfo& s) {
