@@ -138,7 +138,7 @@ constexpr TileFn kTiles[kRows + 1] = {nullptr,  &tile<1>, &tile<2>, &tile<3>,
                                       &tile<4>, &tile<5>, &tile<6>};
 
 /// One thread's share of dW: f32 sums into work[K][R*S*C] (columns tap by tap), then rounded
-/// into dw (OIHW).
+/// into dw (OIHW, or OHWI with g.ohwi).
 void run_share(const WgradGeo& g, const Share& s, const uint16_t* x, const uint16_t* dy,
                uint16_t* dw, float* work) {
   static const Interleave il;
