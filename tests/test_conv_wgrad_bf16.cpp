@@ -2,9 +2,9 @@
 // (src/backend/cpu/conv_wgrad_bf16.cpp) against a float64 reference on random data: 1x1 shapes
 // with rows and columns that do and do not fill the 6 x 64 register tile, an odd pixel count (a
 // pair padded with zero), several pixel chunks, stride 2; 3x3 shapes with padding at strides 1
-// and 2 and a 2x2 kernel without padding; 1 and 2 threads giving the same bits; and, through the
-// oneDNN backend's conv2d_bwd_weights (which takes it for some of these convolutions on CPUs
-// with AVX-512 BF16 and no AMX), the answer oneDNN's direct kernel gives.
+// and 2, a 2x2 kernel without padding, 1x3 and 3x1 kernels; 1 and 2 threads giving the same
+// bits; and, through the oneDNN backend's conv2d_bwd_weights (which takes it for some of these
+// convolutions on CPUs with AVX-512 BF16 and no AMX), the answer oneDNN's direct kernel gives.
 // Skips where the build has no such kernel (a CPU without AVX-512 BF16, or with AMX).
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -85,12 +85,13 @@ TEST_F(ConvWgradBf16, MatchesFloat64ReferenceOnAssortedShapes) {
   // {N, H, W, C, K, stride, R, S, pad}: 1x1 with K 6, 64 (a 4-row remainder), 13; C one panel
   // and three; an odd pixel count (3 x 5 x 7 = 105); 2 x 20 x 20 = 800 pixels: four chunks, the
   // last short; stride 2. 3x3 with padding 1 at stride 1 (odd pixel count, two chunks) and
-  // stride 2 (even input: the bottom and right taps never reach the padding); 2x2 unpadded.
+  // stride 2 (even input: the bottom and right taps never reach the padding); 2x2 unpadded;
+  // kernels that are not square: 1x3 padded, 3x1 at stride 2.
   const WgradGeo shapes[] = {
       {2, 4, 4, 64, 6, 1},        {1, 3, 5, 64, 13, 1},       {3, 5, 7, 192, 64, 1},
       {2, 20, 20, 128, 64, 1},    {2, 9, 9, 64, 20, 2},       {1, 8, 8, 256, 7, 2},
       {3, 7, 7, 64, 10, 1, 3, 3, 1}, {2, 14, 14, 128, 13, 2, 3, 3, 1},
-      {1, 6, 5, 64, 8, 1, 2, 2, 0}};
+      {1, 6, 5, 64, 8, 1, 2, 2, 0}, {2, 5, 7, 64, 9, 1, 1, 3, 1},   {1, 6, 4, 64, 5, 2, 3, 1, 0}};
   uint32_t seed = 7;
   for (const WgradGeo& g : shapes) {
     SCOPED_TRACE(::testing::Message() << "N" << g.N << " H" << g.H << " W" << g.W << " C" << g.C
@@ -162,11 +163,12 @@ TEST_F(ConvWgradBf16, TheBackendTakesItAt7x7AndAgreesWithOnednn) {
   EXPECT_FALSE(taken_direct) << "policy `direct` must keep oneDNN's kernels";
   std::unique_ptr<Backend> be = make_backend("onednn");
   // ResNet-50's layer4 shapes at batch 2: 512 -> 256 at 7x7, 256 -> 128 stride 2 from 14x14,
-  // and the 3x3 512 -> 512 stride 2 from 14x14 (here with 128 channels).
-  // Weights in OIHW and in KRSC (OHWI) order alike.
+  // and the 3x3 512 -> 512 stride 2 from 14x14 (here with 128 channels); and a 1x3 kernel
+  // (padding 1, stride 2: 7x6 outputs). Weights in OIHW and in KRSC (OHWI) order alike.
   for (const Layout wl : {Layout::NCHW, Layout::NHWC}) {
     for (const WgradGeo& g : {WgradGeo{2, 7, 7, 512, 256, 1}, WgradGeo{2, 14, 14, 256, 128, 2},
-                             WgradGeo{2, 14, 14, 128, 128, 2, 3, 3, 1}}) {
+                             WgradGeo{2, 14, 14, 128, 128, 2, 3, 3, 1},
+                             WgradGeo{2, 12, 12, 64, 32, 2, 1, 3, 1}}) {
       auto tensor = [&](std::vector<int64_t> shape, uint32_t seed) {
         Tensor t = Tensor::empty(std::move(shape), DType::bf16, Layout::NHWC);
         const auto v = random_bf16(t.numel(), seed);

@@ -19,7 +19,7 @@
 // oneDNN has no Winograd, f32 3x3 stride-1 NHWC convs in all three directions as our own
 // Winograd (conv_winograd.cpp). On CPUs with AVX-512 BF16 and no AMX, the bf16 weight gradient
 // of NHWC convs with outputs of 7x7 pixels or fewer runs as our own GEMM (conv_wgrad_bf16.cpp),
-// which writes the plain OIHW gradient (no reorder).
+// which writes the gradient in the weights' own order, OIHW or OHWI (no reorder).
 #include <algorithm>
 
 #include "backend/cpu/conv_im2col.h"
@@ -266,7 +266,7 @@ void OnednnBackend::conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, c
   const Geo g = conv_geo("conv2d_bwd_weights", p, x, dw, dy);
   if (conv1x1_as_matmul(ConvDir::bwd_weights, p, x, dw, dy))
     return conv1x1_bwd_weights_matmul(*this, p, x, dy, dw);
-  if (g.R == g.S && x.layout() == Layout::NHWC && dy.layout() == Layout::NHWC &&
+  if (x.layout() == Layout::NHWC && dy.layout() == Layout::NHWC &&
       conv_own_wgrad_allowed(g.dt, ConvShapeInfo{g.C, g.K, g.R, p.stride, g.OH * g.OW})) {
     const WgradGeo cg{x.n(), x.h(), x.w(), x.c(), dy.c(), p.stride, g.R, g.S, p.pad,
                       dw.layout() == Layout::NHWC};

@@ -50,7 +50,7 @@ bool conv_winograd_allowed();
 /// What the im2col policy looks at of a KxK convolution (conv_im2col_allowed).
 struct ConvShapeInfo {
   int64_t C = 0, K = 0;    ///< input and output channels
-  int64_t R = 0;           ///< kernel height (= width in ResNets)
+  int64_t R = 0;           ///< kernel height (= width in ResNets; the own wgrad rule ignores it)
   int64_t stride = 1;
   int64_t out_pixels = 0;  ///< OH x OW
 };
