@@ -228,17 +228,18 @@ BENCHMARK(BM_ConvBwdWeightsBf16Own)
     ->DenseRange(0, 7)
     ->Unit(benchmark::kMillisecond);
 
-/// ResNet-50's 1x1 convs at batch 32 (the downsampling ones with their stride 2).
+/// ResNet-50's 1x1 convs at batch 32 (the downsampling ones with their stride 2; H the input's).
 constexpr KxK k1x1[] = {
     {64, 64, 1, 1, 0, 56},    {64, 256, 1, 1, 0, 56},   {256, 64, 1, 1, 0, 56},
     {256, 128, 1, 1, 0, 56},  {128, 512, 1, 1, 0, 28},  {512, 128, 1, 1, 0, 28},
     {256, 1024, 1, 1, 0, 14}, {1024, 256, 1, 1, 0, 14}, {512, 2048, 1, 1, 0, 7},
-    {2048, 512, 1, 1, 0, 7},  {256, 512, 1, 2, 0, 56},  {1024, 2048, 1, 2, 0, 14}};
+    {2048, 512, 1, 1, 0, 7},  {256, 512, 1, 2, 0, 56},  {1024, 2048, 1, 2, 0, 14},
+    {512, 1024, 1, 2, 0, 28}, {512, 256, 1, 1, 0, 28},  {1024, 512, 1, 1, 0, 14}};
 
 /// The bf16 weight gradient of k1x1[range(1)]: oneDNN's direct kernel (range(0) = 0, the
 /// backend under policy `direct`) or our own AVX-512 BF16 GEMM (1, conv_wgrad_bf16 called
 /// directly, at every shape; skipped where the build has none). What conv_own_wgrad_allowed's
-/// 7x7 rule for 1x1s comes from.
+/// rules for 1x1s come from.
 void BM_Conv1x1BwdWeightsBf16(benchmark::State& state) {
   std::unique_ptr<Backend> holder = make_backend("onednn");
   auto& be = dynamic_cast<onednn::OnednnBackend&>(*holder);
@@ -285,7 +286,7 @@ void BM_Conv1x1BwdWeightsBf16(benchmark::State& state) {
 }
 BENCHMARK(BM_Conv1x1BwdWeightsBf16)
     ->ArgNames({"own", "shape"})
-    ->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}})
+    ->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}})
     ->Unit(benchmark::kMillisecond);
 
 /// Evicts the caches (writes a 64 MiB buffer, twice this machine's 32 MiB L3) and then reads

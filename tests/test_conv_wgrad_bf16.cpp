@@ -2,9 +2,11 @@
 // (src/backend/cpu/conv_wgrad_bf16.cpp) against a float64 reference on random data: 1x1 shapes
 // with rows and columns that do and do not fill the 6 x 64 register tile, an odd pixel count (a
 // pair padded with zero), several pixel chunks, stride 2; 3x3 shapes with padding at strides 1
-// and 2, a 2x2 kernel without padding, 1x3 and 3x1 kernels; 1 and 2 threads giving the same
-// bits; and, through the oneDNN backend's conv2d_bwd_weights (which takes it for some of these
-// convolutions on CPUs with AVX-512 BF16 and no AMX), the answer oneDNN's direct kernel gives.
+// and 2, a 2x2 kernel without padding, 1x3 and 3x1 kernels, each on 1, 2 and 3 threads (the
+// larger ones with the output pixels split between the threads); 1 and 2 threads giving the
+// same bits where dW's rows or columns are split; and, through the oneDNN backend's
+// conv2d_bwd_weights (which takes it for some of these convolutions on CPUs with AVX-512 BF16
+// and no AMX), the answer oneDNN's direct kernel gives.
 // Skips where the build has no such kernel (a CPU without AVX-512 BF16, or with AMX).
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -81,6 +83,30 @@ class ConvWgradBf16 : public ::testing::Test {
   }
 };
 
+/// Checks the kernel on `threads` OpenMP threads against the float64 reference.
+void expect_matches_reference(const WgradGeo& g, int threads, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << "N" << g.N << " H" << g.H << " W" << g.W << " C" << g.C
+                                    << " K" << g.K << " " << g.R << "x" << g.S << " stride "
+                                    << g.stride << " pad " << g.pad << ", " << threads
+                                    << " thread(s)");
+  const auto x = random_bf16(g.N * g.H * g.W * g.C, seed);
+  const auto dy = random_bf16(g.N * g.OH() * g.OW() * g.K, seed + 1);
+  std::vector<double> ref, mag;
+  reference(g, x, dy, ref, mag);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  const auto dw = run_kernel(g, x, dy);
+  omp_set_num_threads(saved);
+  int64_t bad = 0;
+  for (size_t i = 0; i < dw.size(); ++i) {
+    // One bf16 rounding of the result (2^-8 relative) plus f32 summation (tiny here).
+    const double tol = std::fabs(ref[i]) * (1.0 / 256) + mag[i] * 1e-5 + 1e-6;
+    if (std::fabs(bf16_to_float(dw[i]) - ref[i]) > tol && bad++ < 5)
+      ADD_FAILURE() << "dw[" << i << "] = " << bf16_to_float(dw[i]) << ", reference " << ref[i];
+  }
+  EXPECT_EQ(bad, 0);
+}
+
 TEST_F(ConvWgradBf16, MatchesFloat64ReferenceOnAssortedShapes) {
   // {N, H, W, C, K, stride, R, S, pad}: 1x1 with K 6, 64 (a 4-row remainder), 13; C one panel
   // and three; an odd pixel count (3 x 5 x 7 = 105); 2 x 20 x 20 = 800 pixels: four chunks, the
@@ -93,24 +119,31 @@ TEST_F(ConvWgradBf16, MatchesFloat64ReferenceOnAssortedShapes) {
       {3, 7, 7, 64, 10, 1, 3, 3, 1}, {2, 14, 14, 128, 13, 2, 3, 3, 1},
       {1, 6, 5, 64, 8, 1, 2, 2, 0}, {2, 5, 7, 64, 9, 1, 1, 3, 1},   {1, 6, 4, 64, 5, 2, 3, 1, 0}};
   uint32_t seed = 7;
-  for (const WgradGeo& g : shapes) {
-    SCOPED_TRACE(::testing::Message() << "N" << g.N << " H" << g.H << " W" << g.W << " C" << g.C
-                                      << " K" << g.K << " " << g.R << "x" << g.S << " stride "
-                                      << g.stride << " pad " << g.pad);
-    const auto x = random_bf16(g.N * g.H * g.W * g.C, seed++);
-    const auto dy = random_bf16(g.N * g.OH() * g.OW() * g.K, seed++);
-    std::vector<double> ref, mag;
-    reference(g, x, dy, ref, mag);
-    const auto dw = run_kernel(g, x, dy);
-    int64_t bad = 0;
-    for (size_t i = 0; i < dw.size(); ++i) {
-      // One bf16 rounding of the result (2^-8 relative) plus f32 summation (tiny here).
-      const double tol = std::fabs(ref[i]) * (1.0 / 256) + mag[i] * 1e-5 + 1e-6;
-      if (std::fabs(bf16_to_float(dw[i]) - ref[i]) > tol && bad++ < 5)
-        ADD_FAILURE() << "dw[" << i << "] = " << bf16_to_float(dw[i]) << ", reference " << ref[i];
-    }
-    EXPECT_EQ(bad, 0);
+  for (const WgradGeo& g : shapes)
+    for (const int threads : {1, 2}) expect_matches_reference(g, threads, seed += 2);
+}
+
+TEST_F(ConvWgradBf16, SplitsThePixelsBetweenThreadsAndMatchesTheReference) {
+  // Outputs larger than 7x7 with at least two 256-pixel chunks per thread: 1x1 at 24x24 (1152
+  // pixels: 5 chunks, the last short; K = 70 not a whole number of 6-row tiles), stride 2 from
+  // 28x28 (784 pixels), a 3x3 with padding (800 pixels: its taps in the padding left out per
+  // chunk), and 43 x 43 = 1849 pixels, an odd count, on 3 threads: 2, 3 and 3 of the 8 chunks
+  // (the last one 57 pixels).
+  const WgradGeo two[] = {{2, 24, 24, 64, 70, 1},
+                          {4, 28, 28, 128, 20, 2},
+                          {2, 20, 20, 64, 16, 1, 3, 3, 1}};
+  uint32_t seed = 101;
+  for (const WgradGeo& g : two) {
+    ASSERT_TRUE(onednn::conv_wgrad_bf16_splits_pixels(g, 2));
+    expect_matches_reference(g, 2, seed += 2);
   }
+  const WgradGeo odd{1, 43, 43, 64, 12, 1};
+  ASSERT_TRUE(onednn::conv_wgrad_bf16_splits_pixels(odd, 3));
+  expect_matches_reference(odd, 3, seed += 2);
+  // One thread, 7x7 outputs, or fewer than two chunks per thread: dW's rows or columns split.
+  EXPECT_FALSE(onednn::conv_wgrad_bf16_splits_pixels(two[0], 1));
+  EXPECT_FALSE(onednn::conv_wgrad_bf16_splits_pixels(WgradGeo{32, 7, 7, 512, 2048, 1}, 2));
+  EXPECT_FALSE(onednn::conv_wgrad_bf16_splits_pixels(WgradGeo{2, 20, 20, 64, 16, 1}, 3));
 }
 
 TEST_F(ConvWgradBf16, WritesOhwiWhenAsked) {
@@ -132,9 +165,10 @@ TEST_F(ConvWgradBf16, WritesOhwiWhenAsked) {
 
 TEST_F(ConvWgradBf16, OneThreadAndTwoGiveTheSameBits) {
   // Column panels split between two threads (C = 128; a 3x3 with C = 64), then rows (C = 64,
-  // K = 70).
+  // K = 70); none has the two pixel chunks per thread that a pixel split needs.
   for (const WgradGeo& g : {WgradGeo{2, 10, 10, 128, 40, 1}, WgradGeo{2, 10, 10, 64, 70, 1},
                            WgradGeo{2, 10, 10, 64, 40, 2, 3, 3, 1}}) {
+    ASSERT_FALSE(onednn::conv_wgrad_bf16_splits_pixels(g, 2));
     const auto x = random_bf16(g.N * g.H * g.W * g.C, 11);
     const auto dy = random_bf16(g.N * g.OH() * g.OW() * g.K, 12);
     const int saved = omp_get_max_threads();
@@ -147,28 +181,36 @@ TEST_F(ConvWgradBf16, OneThreadAndTwoGiveTheSameBits) {
   }
 }
 
-TEST_F(ConvWgradBf16, TheBackendTakesItAt7x7AndAgreesWithOnednn) {
+TEST_F(ConvWgradBf16, TheBackendTakesItWhereItIsFasterAndAgreesWithOnednn) {
   onednn::set_conv_algo(onednn::ConvAlgo::automatic);
   const bool taken_1x1 = onednn::conv_own_wgrad_allowed(DType::bf16, {512, 256, 1, 1, 49});
   const bool taken_3x3 = onednn::conv_own_wgrad_allowed(DType::bf16, {512, 512, 3, 2, 49});
   const bool taken_3x3_s1 = onednn::conv_own_wgrad_allowed(DType::bf16, {512, 512, 3, 1, 49});
   const bool taken_14x14 = onednn::conv_own_wgrad_allowed(DType::bf16, {256, 256, 3, 1, 196});
+  const bool taken_wide = onednn::conv_own_wgrad_allowed(DType::bf16, {64, 256, 1, 1, 3136});
+  const bool taken_strided = onednn::conv_own_wgrad_allowed(DType::bf16, {256, 512, 1, 2, 784});
+  const bool taken_narrow = onednn::conv_own_wgrad_allowed(DType::bf16, {256, 64, 1, 1, 3136});
   onednn::set_conv_algo(onednn::ConvAlgo::direct);
   const bool taken_direct = onednn::conv_own_wgrad_allowed(DType::bf16, {512, 256, 1, 1, 49});
   onednn::set_conv_algo(std::nullopt);
   ASSERT_TRUE(taken_1x1 && taken_3x3 && taken_3x3_s1)
       << "the policy should send 7x7-output bf16 1x1 and 3x3 weight gradients to the kernel on "
          "a CPU whose build has it";
-  EXPECT_FALSE(taken_14x14) << "oneDNN's kernel is the faster one at 14x14 outputs";
+  EXPECT_FALSE(taken_14x14) << "oneDNN's kernel is the faster one for 3x3s at 14x14 outputs";
+  EXPECT_TRUE(taken_wide && taken_strided)
+      << "the pixel split beats oneDNN for 1x1s that widen fourfold or are strided";
+  EXPECT_FALSE(taken_narrow) << "oneDNN's kernel is level or faster for the other 1x1s";
   EXPECT_FALSE(taken_direct) << "policy `direct` must keep oneDNN's kernels";
   std::unique_ptr<Backend> be = make_backend("onednn");
   // ResNet-50's layer4 shapes at batch 2: 512 -> 256 at 7x7, 256 -> 128 stride 2 from 14x14,
-  // and the 3x3 512 -> 512 stride 2 from 14x14 (here with 128 channels); and a 1x3 kernel
-  // (padding 1, stride 2: 7x6 outputs). Weights in OIHW and in KRSC (OHWI) order alike.
+  // and the 3x3 512 -> 512 stride 2 from 14x14 (here with 128 channels); a 1x3 kernel
+  // (padding 1, stride 2: 7x6 outputs); and layer1's 64 -> 256 at 28x28 instead of 56x56 (1568
+  // pixels, split between the threads). Weights in OIHW and in KRSC (OHWI) order alike.
   for (const Layout wl : {Layout::NCHW, Layout::NHWC}) {
     for (const WgradGeo& g : {WgradGeo{2, 7, 7, 512, 256, 1}, WgradGeo{2, 14, 14, 256, 128, 2},
                              WgradGeo{2, 14, 14, 128, 128, 2, 3, 3, 1},
-                             WgradGeo{2, 12, 12, 64, 32, 2, 1, 3, 1}}) {
+                             WgradGeo{2, 12, 12, 64, 32, 2, 1, 3, 1},
+                             WgradGeo{2, 28, 28, 64, 256, 1}}) {
       auto tensor = [&](std::vector<int64_t> shape, uint32_t seed) {
         Tensor t = Tensor::empty(std::move(shape), DType::bf16, Layout::NHWC);
         const auto v = random_bf16(t.numel(), seed);

@@ -18,8 +18,9 @@
 // default, backward only; conv_algo.h, conv_matmul.cpp), and on CPUs without AVX-512, where
 // oneDNN has no Winograd, f32 3x3 stride-1 NHWC convs in all three directions as our own
 // Winograd (conv_winograd.cpp). On CPUs with AVX-512 BF16 and no AMX, the bf16 weight gradient
-// of NHWC convs with outputs of 7x7 pixels or fewer runs as our own GEMM (conv_wgrad_bf16.cpp),
-// which writes the gradient in the weights' own order, OIHW or OHWI (no reorder).
+// of NHWC convs with outputs of 7x7 pixels or fewer, and of strided or fourfold-widening 1x1s,
+// runs as our own GEMM (conv_wgrad_bf16.cpp; conv_own_wgrad_allowed), which writes the
+// gradient in the weights' own order, OIHW or OHWI (no reorder).
 #include <algorithm>
 
 #include "backend/cpu/conv_im2col.h"

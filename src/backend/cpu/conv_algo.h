@@ -50,7 +50,7 @@ bool conv_winograd_allowed();
 /// What the im2col policy looks at of a KxK convolution (conv_im2col_allowed).
 struct ConvShapeInfo {
   int64_t C = 0, K = 0;    ///< input and output channels
-  int64_t R = 0;           ///< kernel height (= width in ResNets; the own wgrad rule ignores it)
+  int64_t R = 0;  ///< kernel height (= width in ResNets; the own wgrad rule takes R 1 as 1x1)
   int64_t stride = 1;
   int64_t out_pixels = 0;  ///< OH x OW
 };
@@ -71,9 +71,10 @@ bool conv1x1_matmul_allowed(DType dt, ConvDir dir);
 /// Whether the bf16 weight gradient of a convolution with NHWC activations of shape `s` (1x1
 /// or KxK, any stride and padding) runs as our own AVX-512 BF16 GEMM (conv_wgrad_bf16.h) when
 /// its shape fits: with `automatic` on CPUs whose build has the kernel (AVX-512 BF16 without
-/// AMX) at the shapes where it beats oneDNN 2.6's jit_bf16 kernels, outputs of 7x7 pixels or
-/// fewer (see the definition for the measurement); never with `direct`; never with `matmul`
-/// (the matmul and im2col paths take these convolutions there).
+/// AMX) at the shapes where it beats oneDNN 2.6's jit_bf16 kernels: outputs of 7x7 pixels or
+/// fewer, and 1x1s that are strided or widen the channels at least fourfold (see the definition
+/// for the measurements); never with `direct`; never with `matmul` (the matmul and im2col paths
+/// take these convolutions there).
 bool conv_own_wgrad_allowed(DType dt, const ConvShapeInfo& s);
 /// Whether the training backend's f32 3x3 stride-1 convs on NHWC activations may run forward,
 /// backward-data and backward-weights as our own Winograd F(4x4, 3x3) (conv_winograd.h): with

@@ -31,7 +31,16 @@ bool conv_wgrad_bf16_built();
 /// output of at least one pixel.
 bool conv_wgrad_bf16_fits(const WgradGeo& g);
 
-/// f32 floats of workspace conv_wgrad_bf16 needs for `g`: K * R * S * C (the f32 sums).
+/// Whether conv_wgrad_bf16 splits the output pixels between `threads` OpenMP threads (each
+/// summing its own run of pixel chunks over all of dW into its own f32 partial) rather than dW's
+/// rows or column panels: for more than one thread, outputs larger than 7x7 and at least two
+/// pixel chunks per thread. There each thread streams only its own part of both operands from
+/// memory and packs nothing another thread packs too.
+bool conv_wgrad_bf16_splits_pixels(const WgradGeo& g, int threads);
+
+/// f32 floats of workspace conv_wgrad_bf16 needs for `g` when called with at most
+/// omp_get_max_threads() threads: K * R * S * C (the f32 sums), times the thread count where
+/// the pixels are split (conv_wgrad_bf16_splits_pixels).
 int64_t conv_wgrad_bf16_workspace(const WgradGeo& g);
 
 /// dw[k][c][r][s] = sum over n, oh, ow of dy[n][oh][ow][k] * x[n][oh*stride + r - pad]
@@ -46,8 +55,11 @@ int64_t conv_wgrad_bf16_workspace(const WgradGeo& g);
 /// as in Goto & van de Geijn, "Anatomy of High-Performance Matrix Multiplication", ACM TOMS
 /// 34(3), 2008: pixel chunks of kPc, both operands packed per chunk into vdpbf16ps's pair layout
 /// (two consecutive pixels interleaved, Intel SDM "VDPBF16PS"), register tiles of 6 rows x 64
-/// columns, dW split between the threads by rows, or by column panels when it has more columns
-/// than rows (no reduction; the result does not depend on the thread count). Products are
+/// columns. dW is split between the threads by rows, or by column panels when it has more
+/// columns than rows (no reduction; the result does not depend on the thread count), except
+/// where conv_wgrad_bf16_splits_pixels: then the threads' partials are added in thread order
+/// before the one rounding, so the bits depend on the thread count (as oneDNN's do), and each
+/// thread prefetches its next chunk's operands while the current one's tiles run. Products are
 /// summed in f32 by vdpbf16ps, which treats bf16 subnormal inputs as zero (as oneDNN's bf16
 /// kernels do). Throws rn50::Error when !fits(g).
 void conv_wgrad_bf16(const WgradGeo& g, const uint16_t* x, const uint16_t* dy, uint16_t* dw,

@@ -267,7 +267,14 @@ bool conv_own_wgrad_allowed(DType dt, const ConvShapeInfo& s) {
   // 512->2048 10.5 / 8.54, 2048->512 12.8 / 9.16, 1024->2048 stride 2 24.2 / 18.2; at 14x14
   // 9.51 / 9.64 and 9.07 / 8.77; at 28x28 and 56x56 oneDNN level or ahead (64->64 2.96 / 3.60,
   // 64->256 10.6 / 14.7, 256->128 20.2 / 21.3: there the packing and the streaming from memory
-  // cost more than oneDNN's kernel loses). So: outputs of 7x7 pixels or fewer.
+  // cost more than oneDNN's kernel loses). So: outputs of 7x7 pixels or fewer. Since the
+  // kernel splits larger outputs' pixels between the threads and prefetches each next chunk
+  // (conv_wgrad_bf16_splits_pixels), the same benchmark, one process, medians of 7 (oneDNN /
+  // own ms): the 1x1s that widen fourfold 64->256 at 56x56 10.6 / 9.99, 128->512 at 28x28
+  // 9.14 / 9.05, 256->1024 at 14x14 9.34 / 8.96; the strided ones 256->512 from 56x56
+  // 19.2 / 17.4, 512->1024 from 28x28 19.2 / 17.7; the others level within the noise, some
+  // behind in a second run (64->64 at 56x56 3.05 / 3.14, 1024->256 at 14x14 8.77 / 8.99,
+  // 512->256 at 28x28 17.5-17.8 / 17.4-19.5). So also: 1x1s strided or widening fourfold.
   // 3x3 (taps in the padding left out): BM_ConvBwdWeightsBf16/im2col:0 against
   // BM_ConvBwdWeightsBf16Own, same machine, medians of 7, randomly interleaved (oneDNN / own ms):
   // 512 stride 2 to 7x7 28.9 / 21.7, 512 at 7x7 20.7 / 19.3, 256 stride 2 to 14x14
@@ -275,8 +282,9 @@ bool conv_own_wgrad_allowed(DType dt, const ConvShapeInfo& s) {
   // 28x28 17.3 / 22.7, 64 at 56x56 19.1 / 31.6. In the step (four profiled runs each, taking
   // turns) the weight gradients took 696-722 ms (median 708) with the two stride-1 512s against
   // 704-723 (717) without. So: outputs of 7x7 pixels or fewer, any kernel and stride.
+  const bool wide_or_strided_1x1 = s.R == 1 && (s.stride > 1 || s.K >= 4 * s.C);
   return conv_algo() == ConvAlgo::automatic && dt == DType::bf16 && conv_wgrad_bf16_built() &&
-         !cpu_has_amx() && s.out_pixels <= 49;
+         !cpu_has_amx() && (s.out_pixels <= 49 || wide_or_strided_1x1);
 }
 
 bool conv_im2col_allowed(DType dt, const ConvShapeInfo& s) {
