@@ -179,7 +179,7 @@ class NextChunk {
   int64_t next_ = 0;
 };
 
-/// One thread's share of the f32 sums: rows and columns of `s` over output pixels [p0, p1)
+/// One thread's share of the f32 sums: rows and columns of `s` over output pixels [pbeg, pend)
 /// into work[K][R*S*C] (columns tap by tap; the share's entries overwritten). prefetch: fetch
 /// each next chunk's operands ahead (NextChunk).
 void run_share(const WgradGeo& g, const Share& s, const uint16_t* x, const uint16_t* dy,
