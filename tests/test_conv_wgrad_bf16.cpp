@@ -2,8 +2,8 @@
 // (src/backend/cpu/conv_wgrad_bf16.cpp) against a float64 reference on random data: 1x1 shapes
 // with rows and columns that do and do not fill the 6 x 64 register tile, an odd pixel count (a
 // pair padded with zero), several pixel chunks, stride 2; 3x3 shapes with padding at strides 1
-// and 2, a 2x2 kernel without padding, 1x3 and 3x1 kernels, each on 1, 2 and 3 threads (the
-// larger ones with the output pixels split between the threads); 1 and 2 threads giving the
+// and 2, a 2x2 kernel without padding, 1x3 and 3x1 kernels, each on 1 and 2 threads; larger
+// ones with the output pixels split between 2 and 3 threads; 1 and 2 threads giving the
 // same bits where dW's rows or columns are split; and, through the oneDNN backend's
 // conv2d_bwd_weights (which takes it for some of these convolutions on CPUs with AVX-512 BF16
 // and no AMX), the answer oneDNN's direct kernel gives.

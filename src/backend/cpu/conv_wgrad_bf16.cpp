@@ -43,6 +43,9 @@ constexpr int64_t kPanel = 64;  ///< dW columns (input channels) of a register t
 constexpr int kRows = 6;        ///< dW rows (output channels) of a register tile
 constexpr int64_t kPc = 256;    ///< pixels of a chunk (kPc / 2 pairs), even
 
+/// Pixel chunks of the GEMM's reduction: ceil(N OH OW / kPc).
+int64_t chunks_of(const WgradGeo& g) { return (g.N * g.OH() * g.OW() + kPc - 1) / kPc; }
+
 #if RN50_WGRAD_BF16
 
 /// How the threads share dW: columns [n0, n1) (multiples of kPanel) and rows [m0, m1).
@@ -252,17 +255,17 @@ void run_share(const WgradGeo& g, const Share& s, const uint16_t* x, const uint1
 }
 
 /// Rows [k0, k1), columns [n0, n1) of dW: the sum of the `nparts` f32 partials (each K x cols,
-/// added in order) rounded once to bf16 (vcvtneps2bf16: round to nearest even, as
-/// float_to_bf16), column (tap, c) of row k going to dw[k][c][tap] (OIHW), or to dw[k][tap][c]
-/// (OHWI: the GEMM's own order).
+/// partial i at work + i K cols, added in order) rounded once to bf16 (vcvtneps2bf16: round to
+/// nearest even, as float_to_bf16), column (tap, c) of row k going to dw[k][c][tap] (OIHW), or
+/// to dw[k][tap][c] (OHWI: the GEMM's own order).
 void store_rows(const WgradGeo& g, int64_t k0, int64_t k1, int64_t n0, int64_t n1,
-                const float* const* parts, int nparts, uint16_t* dw) {
-  const int64_t C = g.C, cols = g.cols(), taps = g.R * g.S;
+                const float* work, int nparts, uint16_t* dw) {
+  const int64_t C = g.C, cols = g.cols(), taps = g.R * g.S, part = g.K * cols;
   for (int64_t k = k0; k < k1; ++k)
     for (int64_t c = n0; c < n1; c += 16) {
-      __m512 v = _mm512_loadu_ps(parts[0] + k * cols + c);
+      __m512 v = _mm512_loadu_ps(work + k * cols + c);
       for (int i = 1; i < nparts; ++i)
-        v = _mm512_add_ps(v, _mm512_loadu_ps(parts[i] + k * cols + c));
+        v = _mm512_add_ps(v, _mm512_loadu_ps(work + i * part + k * cols + c));
       const __m256bh h = _mm512_cvtneps_pbh(v);
       if (taps == 1 || g.ohwi) {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dw + k * cols + c), (__m256i)h);
@@ -289,8 +292,7 @@ bool conv_wgrad_bf16_fits(const WgradGeo& g) {
 }
 
 bool conv_wgrad_bf16_splits_pixels(const WgradGeo& g, int threads) {
-  const int64_t chunks = (g.N * g.OH() * g.OW() + kPc - 1) / kPc;
-  return threads > 1 && g.OH() * g.OW() > 49 && chunks >= 2 * int64_t{threads};
+  return threads > 1 && g.OH() * g.OW() > 49 && chunks_of(g) >= 2 * int64_t{threads};
 }
 
 int64_t conv_wgrad_bf16_workspace(const WgradGeo& g) {
@@ -312,18 +314,16 @@ void conv_wgrad_bf16(const WgradGeo& g, const uint16_t* x, const uint16_t* dy, u
     if (conv_wgrad_bf16_splits_pixels(g, nt)) {
       // Thread t sums its own run of pixel chunks over all of dW into partial t (work + t K
       // cols), then, after the barrier, adds the partials in thread order for its rows.
-      const int64_t chunks = (P + kPc - 1) / kPc;
+      const int64_t chunks = chunks_of(g);
       const int64_t c0 = chunks * t / nt, c1 = chunks * (t + 1) / nt;
       run_share(g, Share{0, K, 0, cols}, x, dy, c0 * kPc, std::min(P, c1 * kPc), true,
                 work + t * K * cols);
-      std::vector<const float*> parts(static_cast<size_t>(nt));
-      for (int i = 0; i < nt; ++i) parts[static_cast<size_t>(i)] = work + i * K * cols;
 #pragma omp barrier
-      store_rows(g, K * t / nt, K * (t + 1) / nt, 0, cols, parts.data(), nt, dw);
+      store_rows(g, K * t / nt, K * (t + 1) / nt, 0, cols, work, nt, dw);
     } else {
       const Share s = share_of(t, nt, K, cols);
       run_share(g, s, x, dy, 0, P, nt == 1, work);
-      store_rows(g, s.m0, s.m1, s.n0, s.n1, &work, 1, dw);
+      store_rows(g, s.m0, s.m1, s.n0, s.n1, work, 1, dw);
     }
   }
 #else

@@ -59,7 +59,8 @@ int64_t conv_wgrad_bf16_workspace(const WgradGeo& g);
 /// columns than rows (no reduction; the result does not depend on the thread count), except
 /// where conv_wgrad_bf16_splits_pixels: then the threads' partials are added in thread order
 /// before the one rounding, so the bits depend on the thread count (as oneDNN's do), and each
-/// thread prefetches its next chunk's operands while the current one's tiles run. Products are
+/// thread prefetches its next chunk's operands while the current one's tiles run (as a single
+/// thread does). Products are
 /// summed in f32 by vdpbf16ps, which treats bf16 subnormal inputs as zero (as oneDNN's bf16
 /// kernels do). Throws rn50::Error when !fits(g).
 void conv_wgrad_bf16(const WgradGeo& g, const uint16_t* x, const uint16_t* dy, uint16_t* dw,
