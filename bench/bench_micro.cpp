@@ -33,6 +33,11 @@
 //                                  Winograd (policy `matmul`; conv_winograd.h), its weight
 //                                  transform included; pass 2 the weight gradient, own 0 as
 //                                  im2col + matmuls (conv_im2col.h), 1 our Winograd.
+//   BM_Conv3x3TrainBf16/<own>/<pass>/<n>/<shape>  the same in bf16 (pass 0 forward, 1 backward
+//                                  data): own 0 oneDNN's direct kernel, 1 our Winograd F(2x2,
+//                                  3x3) (policy `matmul`; winograd_f23_bf16.h), its weight
+//                                  transform included. What conv_own_winograd_bf16_allowed's
+//                                  size rule comes from.
 // Run: build/rn50_bench_micro [--benchmark_filter=Conv] [--benchmark_repetitions=5]
 #include <benchmark/benchmark.h>
 
@@ -380,19 +385,33 @@ void BM_Conv3x3InferF32(benchmark::State& state) {
 /// The training backend's forward (range(1) = 0) or backward-data (1) 3x3 stride-1 conv of
 /// kKxK[range(3)] at batch range(2), NHWC f32, direct (range(0) = 0) or our Winograd (1); the
 /// weight gradient (range(1) = 2) as im2col + matmuls (0) or our Winograd (1).
-void BM_Conv3x3TrainF32(benchmark::State& state) {
+/// The oneDNN backend's 3x3 stride-1 conv of kKxK[range(3)] at batch range(2), NHWC, in `dt`:
+/// pass (range(1)) 0 forward, 1 backward data, 2 the weight gradient (f32 only); range(0) 0
+/// oneDNN's direct kernel (policy `direct`), 1 our Winograd (policy `matmul`; the weight
+/// gradient: 0 im2col + matmuls, 1 our Winograd).
+void conv3x3_train(benchmark::State& state, DType dt) {
   std::unique_ptr<Backend> holder = make_backend("onednn");
   auto& be = dynamic_cast<onednn::OnednnBackend&>(*holder);
+  if (dt == DType::bf16 && !onednn::OnednnBackend::bf16_available()) {
+    state.SkipWithError("no bf16 on this CPU");
+    return;
+  }
   const KxK s = kKxK[state.range(3)];
   onednn::set_conv_algo(state.range(0) ? onednn::ConvAlgo::matmul : onednn::ConvAlgo::direct);
   std::mt19937 rng(1);
   const int64_t N = state.range(2);
-  Tensor x = random_tensor({N, s.C, s.H, s.H}, rng, Layout::NHWC);  // dx for backward data
-  const Tensor w = random_tensor({s.K, s.C, 3, 3}, rng, Layout::NHWC, -0.05f, 0.05f);
-  Tensor y = random_tensor({N, s.K, s.H, s.H}, rng, Layout::NHWC);  // dy for the backward
+  auto as_dt = [&](const Tensor& f) {
+    if (dt == DType::f32) return f;
+    Tensor t = Tensor::empty(f.shape(), dt, f.layout());
+    be.copy(f, t);
+    return t;
+  };
+  Tensor x = as_dt(random_tensor({N, s.C, s.H, s.H}, rng, Layout::NHWC));  // dx for bwd data
+  const Tensor w = as_dt(random_tensor({s.K, s.C, 3, 3}, rng, Layout::NHWC, -0.05f, 0.05f));
+  Tensor y = as_dt(random_tensor({N, s.K, s.H, s.H}, rng, Layout::NHWC));  // dy for the bwd
   const Conv2dParams p{1, 1};
   const int64_t pass = state.range(1);
-  Tensor dw = Tensor::empty({s.K, s.C, 3, 3}, DType::f32, Layout::NHWC);
+  Tensor dw = Tensor::empty({s.K, s.C, 3, 3}, dt, Layout::NHWC);
   auto run = [&] {
     if (pass == 0)
       be.conv2d_fwd(p, x, w, y);
@@ -411,6 +430,13 @@ void BM_Conv3x3TrainF32(benchmark::State& state) {
       2.0 * N * s.K * s.C * 9 * s.H * s.H, benchmark::Counter::kIsIterationInvariantRate,
       benchmark::Counter::kIs1000);
 }
+void BM_Conv3x3TrainF32(benchmark::State& state) { conv3x3_train(state, DType::f32); }
+void BM_Conv3x3TrainBf16(benchmark::State& state) { conv3x3_train(state, DType::bf16); }
+BENCHMARK(BM_Conv3x3TrainBf16)
+    ->ArgNames({"own", "pass", "n", "shape"})
+    ->ArgsProduct({{0, 1}, {0, 1}, {32}, {1, 3, 5, 7}})
+    ->Unit(benchmark::kMillisecond);
+
 BENCHMARK(BM_Conv3x3TrainF32)
     ->ArgNames({"own", "pass", "n", "shape"})
     ->ArgsProduct({{0, 1}, {0, 1, 2}, {32}, {1, 3, 5, 7}})

@@ -23,13 +23,15 @@ namespace rn50::onednn {
 ///    there f32 3x3 stride-1 NHWC convs as our own Winograd F(4x4, 3x3) on oneDNN's batched
 ///    matmul (conv_winograd.cpp) where it has enough tiles, in all three directions (the weight
 ///    gradient then not as im2col), and on CPUs with AVX-512 BF16 but no AMX the bf16 weight
-///    gradient of NHWC convs with outputs of 7x7 pixels or fewer as our own GEMM (1.1-1.4x
-///    oneDNN's kernels there; conv_wgrad_bf16.h).
+///    gradient of NHWC convs with outputs of 7x7 pixels or fewer (and some 1x1s) as our own
+///    GEMM (1.1-1.4x oneDNN's kernels there; conv_wgrad_bf16.h), and there the forward and
+///    backward data of bf16 3x3 stride-1 NHWC convs with outputs of 14x14 or more as our own
+///    Winograd F(2x2, 3x3) (1.1-1.5x oneDNN's direct kernel; winograd_f23_bf16.h).
 ///  * direct: neither (every conv is oneDNN's direct convolution; the torchvision parity test).
 ///  * matmul: as auto, and 1x1 NHWC convs as matmuls in all three directions, and every KxK
 ///    NHWC conv's weight gradient as im2col + matmuls, in f32 and bf16 on every CPU, and our own
-///    Winograd on every CPU (the tests use it to check those paths on machines without AMX or
-///    with AVX-512).
+///    Winograd on every CPU (f32), and in bf16 at every size where the build has it (the tests
+///    use it to check those paths on machines without AMX or with AVX-512).
 enum class ConvAlgo { automatic, direct, matmul };
 
 /// The three computations of a convolution.
@@ -81,6 +83,13 @@ bool conv_own_wgrad_allowed(DType dt, const ConvShapeInfo& s);
 /// `automatic` on CPUs without AVX-512 (where oneDNN has no Winograd), always with `matmul` (so
 /// that the tests run it on any CPU), never with `direct`.
 bool conv_own_winograd_allowed();
+
+/// Whether the forward and backward-data bf16 3x3 stride-1 pad-1 convolution of shape `s` on
+/// NHWC activations runs as our own Winograd F(2x2, 3x3) (winograd_f23_bf16.h) when the build
+/// has it (AVX-512 BF16 without AMX): with `automatic` at the output sizes where it beats
+/// oneDNN 2.6's direct jit_bf16 kernel (see the definition for the measurements), always with
+/// `matmul` (the tests), never with `direct`.
+bool conv_own_winograd_bf16_allowed(const ConvShapeInfo& s);
 
 /// Whether the CPU inference engine's f32 activations are best kept in oneDNN's blocked
 /// layout (nChw8c) rather than NHWC on this CPU (CpuActivationLayout::automatic): on CPUs

@@ -1,5 +1,5 @@
-// rn50: the training backend's f32 3x3 stride-1 convolutions on NHWC activations as our own
-// Winograd F(4x4, 3x3) (conv_winograd.h).
+// rn50: the training backend's 3x3 stride-1 convolutions on NHWC activations as our own
+// Winograd: f32 F(4x4, 3x3), and bf16 F(2x2, 3x3) forward and backward data (conv_winograd.h).
 // Why: oneDNN 2.6 has Winograd only with AVX-512; on AVX2-only CPUs its direct jit:avx2 kernel
 // is what the training step's 3x3 stride-1 convs ran (forward and backward data, 13 of
 // ResNet-50's convs each), while the inference engine's WinogradF43Conv ran the same shapes
@@ -10,7 +10,10 @@
 // algorithm transposed (winograd_f43.h, weight_grad_from_products): the input tiles' V as in
 // the forward, the output gradient's tiles through A instead of A^T, their 36 products summed
 // over all tiles by one batched matmul per chunk, and G^T M G at the end. Results differ from
-// the direct convolution by rounding only.
+// the direct convolution by rounding only. bf16 (on CPUs with AVX-512 BF16 and no AMX, where
+// oneDNN 2.6 has no bf16 Winograd) takes the same route through WinogradF23Bf16, its U (16 x C
+// x K bf16) transformed on every call too; its bf16 weight gradient stays with
+// conv_wgrad_bf16.h or oneDNN.
 #include "backend/cpu/conv_winograd.h"
 
 #include <omp.h>
@@ -20,6 +23,7 @@
 #include <optional>
 #include <vector>
 
+#include "backend/cpu/winograd_f23_bf16.h"
 #include "backend/cpu/winograd_f43.h"
 #include "rn50/profile.h"
 
@@ -65,6 +69,27 @@ WinoEntry& entry_for(OnednnBackend& be, ConvDir dir, const Tensor& act, const Te
   });
 }
 
+/// A bf16 conv direction's op (F(2x2, 3x3)) and its transformed-weights buffer (written on
+/// every call).
+struct WinoBf16Entry : CacheEntry {
+  std::vector<uint16_t> u;
+  std::unique_ptr<WinogradF23Bf16> conv;
+};
+
+/// The bf16 shape direction `dir` computes (shape_of's).
+WinogradF23Bf16::Shape bf16_shape_of(ConvDir dir, const Tensor& act, const Tensor& out) {
+  const WinogradF43Conv::Shape s = shape_of(dir, act, out);
+  return {s.n, s.c, s.k, s.h, s.w};
+}
+
+/// The weight order of direction `dir` for weights `w` (OIHW, or OHWI when stored NHWC).
+WinogradF43Conv::WeightOrder order_of(ConvDir dir, const Tensor& w) {
+  using Order = WinogradF43Conv::WeightOrder;
+  const bool ohwi = w.layout() == Layout::NHWC;
+  return dir == ConvDir::fwd ? (ohwi ? Order::ohwi : Order::oihw)
+                             : (ohwi ? Order::ohwi_bwd_data : Order::oihw_bwd_data);
+}
+
 /// One direction's conv from `in` into `out` (fwd: x -> y; bwd_data: dy -> dx).
 void run(OnednnBackend& be, ConvDir dir, const Tensor& in, const Tensor& w, Tensor& out) {
   const bool fwd = dir == ConvDir::fwd;
@@ -72,10 +97,7 @@ void run(OnednnBackend& be, ConvDir dir, const Tensor& in, const Tensor& w, Tens
   const Tensor& o = fwd ? out : in;    // y or dy
   WinoEntry& e = entry_for(be, dir, act, w, o);
   const WinogradF43Conv::Shape s = shape_of(dir, act, o);
-  const bool ohwi = w.layout() == Layout::NHWC;
-  using Order = WinogradF43Conv::WeightOrder;
-  const Order order = dir == ConvDir::fwd ? (ohwi ? Order::ohwi : Order::oihw)
-                                          : (ohwi ? Order::ohwi_bwd_data : Order::oihw_bwd_data);
+  const WinogradF43Conv::WeightOrder order = order_of(dir, w);
   {
     OpProfiler::Scope timed(kWinoWeights, 0,
                             static_cast<double>(w.nbytes() + WinogradF43Conv::weight_bytes(s)),
@@ -146,21 +168,59 @@ bool takes(const Conv2dParams& p, const Tensor& act, const Tensor& w, const Tens
          act.h() == out.h() && act.w() == out.w() && conv_own_winograd_allowed();
 }
 
+/// conv_as_own_winograd's bf16 case: 3x3, stride 1, pad 1, bf16 NHWC activations of equal
+/// size, the op's fit (C and K multiples of 16) and the policy for the output size.
+bool takes_bf16(ConvDir dir, const Conv2dParams& p, const Tensor& act, const Tensor& w,
+                const Tensor& out) {
+  return dir != ConvDir::bwd_weights && w.ndim() == 4 && w.h() == 3 && w.w() == 3 &&
+         p.stride == 1 && p.pad == 1 && act.ndim() == 4 && out.ndim() == 4 &&
+         act.dtype() == DType::bf16 && w.dtype() == DType::bf16 && out.dtype() == DType::bf16 &&
+         act.layout() == Layout::NHWC && out.layout() == Layout::NHWC && act.h() == out.h() &&
+         act.w() == out.w() && WinogradF23Bf16::fits(bf16_shape_of(dir, act, out)) &&
+         conv_own_winograd_bf16_allowed(ConvShapeInfo{act.c(), out.c(), 3, 1, out.h() * out.w()});
+}
+
+/// The bf16 direction `dir` from `in` into `out` (fwd: x -> y; bwd_data: dy -> dx).
+void run_bf16(OnednnBackend& be, ConvDir dir, const Tensor& in, const Tensor& w, Tensor& out) {
+  const bool fwd = dir == ConvDir::fwd;
+  const Tensor& act = fwd ? in : out;  // x or dx
+  const Tensor& o = fwd ? out : in;    // y or dy
+  const WinogradF23Bf16::Shape s = bf16_shape_of(dir, act, o);
+  Key k = key(Tag::conv_winograd).add(static_cast<int64_t>(dir)).add(act).add(w).add(o);
+  auto& e = be.cached<WinoBf16Entry>(k, [&] {
+    auto r = std::make_unique<WinoBf16Entry>();
+    r->u.resize(WinogradF23Bf16::weight_elems(s));
+    r->conv = std::make_unique<WinogradF23Bf16>(be.engine(), s);
+    return r;
+  });
+  {
+    OpProfiler::Scope timed(kWinoWeights, 0,
+                            static_cast<double>(w.nbytes() + e.u.size() * sizeof(uint16_t)),
+                            nullptr);
+    WinogradF23Bf16::transform_weights_into(w.data_as<const uint16_t>(), s.c, s.k,
+                                            order_of(dir, w), e.u.data());
+  }
+  e.conv->run(e.u.data(), in.data_as<const uint16_t>(), out.data_as<uint16_t>());
+}
+
 }  // namespace
 
 bool conv_as_own_winograd(ConvDir dir, const Conv2dParams& p, const Tensor& act, const Tensor& w,
                           const Tensor& out) {
+  if (act.dtype() == DType::bf16) return takes_bf16(dir, p, act, w, out);
   return dir != ConvDir::bwd_weights && takes(p, act, w, out) &&
          WinogradF43Conv::worthwhile(shape_of(dir, act, out));
 }
 
 void conv_fwd_own_winograd(OnednnBackend& be, const Conv2dParams&, const Tensor& x,
                            const Tensor& w, Tensor& y) {
+  if (x.dtype() == DType::bf16) return run_bf16(be, ConvDir::fwd, x, w, y);
   run(be, ConvDir::fwd, x, w, y);
 }
 
 void conv_bwd_data_own_winograd(OnednnBackend& be, const Conv2dParams&, const Tensor& dy,
                                 const Tensor& w, Tensor& dx) {
+  if (dy.dtype() == DType::bf16) return run_bf16(be, ConvDir::bwd_data, dy, w, dx);
   run(be, ConvDir::bwd_data, dy, w, dx);
 }
 

@@ -1,6 +1,6 @@
-// rn50: f32 3x3 stride-1 convolutions of the training backend on NHWC activations as our own
-// Winograd F(4x4, 3x3) (winograd_f43.h): forward, backward data and the weight gradient (see
-// conv_winograd.cpp).
+// rn50: 3x3 stride-1 convolutions of the training backend on NHWC activations as our own
+// Winograd: f32 as F(4x4, 3x3) (winograd_f43.h) forward, backward data and the weight gradient,
+// bf16 as F(2x2, 3x3) (winograd_f23_bf16.h) forward and backward data (see conv_winograd.cpp).
 #pragma once
 
 #include <cstddef>
@@ -13,15 +13,17 @@ namespace rn50::onednn {
 
 /// Whether direction `dir` (fwd or bwd_data) of the conv with params `p` between activation
 /// `act` (x or dx, N,C,H,W), weights `w` (K,C,3,3) and output-side activation `out` (y or dy)
-/// runs as our Winograd: f32, 3x3, stride 1, pad 1, both activations 4-D NHWC, C and K
-/// multiples of 8, conv_own_winograd_allowed (conv_algo.h) and WinogradF43Conv::worthwhile for
-/// the shape the direction computes. Never for bwd_weights (conv_bwd_weights_as_own_winograd).
+/// runs as our Winograd: 3x3, stride 1, pad 1, both activations 4-D NHWC; in f32 as F(4x4,
+/// 3x3) when C and K are multiples of 8, conv_own_winograd_allowed (conv_algo.h) and
+/// WinogradF43Conv::worthwhile for the shape the direction computes; in bf16 as F(2x2, 3x3)
+/// (winograd_f23_bf16.h) when WinogradF23Bf16::fits (C and K multiples of 16) and
+/// conv_own_winograd_bf16_allowed. Never for bwd_weights (conv_bwd_weights_as_own_winograd).
 bool conv_as_own_winograd(ConvDir dir, const Conv2dParams& p, const Tensor& act, const Tensor& w,
                           const Tensor& out);
 
-/// y (N,K,H,W) = conv3x3(x (N,C,H,W), w (K,C,3,3)), stride 1, zero padding 1; x, y NHWC f32,
-/// w OIHW or OHWI. The weights are transformed on every call (training changes them).
-/// Shapes checked by the caller.
+/// y (N,K,H,W) = conv3x3(x (N,C,H,W), w (K,C,3,3)), stride 1, zero padding 1; x, y NHWC, w
+/// OIHW or OHWI, all f32 or all bf16. The weights are transformed on every call (training
+/// changes them). Shapes checked by the caller.
 void conv_fwd_own_winograd(OnednnBackend& be, const Conv2dParams& p, const Tensor& x,
                            const Tensor& w, Tensor& y);
 /// dx (N,C,H,W) of the same conv from dy (N,K,H,W): the stride-1 pad-1 3x3 conv of dy with the

@@ -11,13 +11,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <unordered_map>
 #include <vector>
 
 #if defined(__AVX__)
 #include <immintrin.h>
 #endif
 
+#include "backend/cpu/winograd_products.h"
 #include "core/check.h"
 
 namespace rn50::onednn {
@@ -400,15 +400,10 @@ struct WinogradF43Conv::Impl {
   int64_t th = 0, tw = 0, p = 0, chunk = 0;
   int64_t parts = 1, kt = 0;  ///< output-channel parts and channels per part
   int nthr = 1;
-  dnnl::engine eng;
   std::vector<memory> u_mem;  ///< per output-channel part
-  /// The products of a full chunk [0] and of the shorter last one [1] (absent when none).
-  dnnl::matmul mm[2];
-  memory::desc mm_scratch[2];
-  /// Per thread: V (36, chunk, C), M (36, chunk, kt), the matmul's scratchpad, a stream.
+  std::unique_ptr<ChunkProducts> products;
+  /// Per thread: V (36, chunk, C), M (36, chunk, kt).
   std::vector<std::vector<float>> v, m;
-  std::vector<std::vector<char>> scratch;
-  std::vector<dnnl::stream> streams;
 
   /// M (36, rows, kt) of tiles [p0, p0 + rows) and output channels [k0, k0 + kt) into y:
   /// A^T m A + bias (+ y), ReLU.
@@ -459,7 +454,6 @@ WinogradF43Conv::WinogradF43Conv(const dnnl::engine& eng, const Shape& s,
   im.bias = bias;
   im.relu = relu;
   im.accumulate = accumulate;
-  im.eng = eng;
   im.th = (s.h + 3) / 4;
   im.tw = (s.w + 3) / 4;
   im.p = tiles(s);
@@ -473,23 +467,10 @@ WinogradF43Conv::WinogradF43Conv(const dnnl::engine& eng, const Shape& s,
   const memory::desc ud({36, s.c, im.kt}, dt::f32, memory::dims{s.c * s.k, s.k, 1});
   for (int64_t q = 0; q < im.parts; ++q)
     im.u_mem.emplace_back(ud, eng, const_cast<float*>(im.u->data()) + q * im.kt);
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  size_t scratch = 0;
-  for (int i = 0; i < (last == im.chunk ? 1 : 2); ++i) {
-    const int64_t rows = i == 0 ? im.chunk : last;
-    const memory::desc vd({36, rows, s.c}, dt::f32, tag::abc),
-        md({36, rows, im.kt}, dt::f32, tag::abc);
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(vd, ud, md), attr, eng);
-    im.mm[i] = dnnl::matmul(pd);
-    im.mm_scratch[i] = pd.scratchpad_desc();
-    scratch = std::max(scratch, pd.scratchpad_desc().get_size());
-  }
+  im.products = std::make_unique<ChunkProducts>(eng, ud, dt::f32, im.chunk, last, im.nthr);
   const size_t threads = static_cast<size_t>(im.nthr);
   im.v.assign(threads, std::vector<float>(static_cast<size_t>(36 * im.chunk * s.c)));
   im.m.assign(threads, std::vector<float>(static_cast<size_t>(36 * im.chunk * im.kt)));
-  im.scratch.assign(threads, std::vector<char>(scratch));
-  for (size_t t = 0; t < threads; ++t) im.streams.emplace_back(eng);
 }
 
 WinogradF43Conv::~WinogradF43Conv() = default;
@@ -501,22 +482,13 @@ void WinogradF43Conv::run(const float* x, float* y) {
   // several output-channel parts each part transforms its chunk's inputs itself (few tiles).
 #pragma omp parallel for schedule(dynamic) num_threads(im.nthr)
   for (int64_t it = 0; it < items; ++it) {
-    const size_t t = static_cast<size_t>(omp_get_thread_num());
+    const int t = omp_get_thread_num();
     const int64_t ch = it / im.parts, q = it % im.parts;
     const int64_t p0 = ch * im.chunk, rows = std::min(im.chunk, im.p - p0);
-    const int which = rows == im.chunk ? 0 : 1;
-    float* vb = im.v[t].data();
-    float* mb = im.m[t].data();
+    float* vb = im.v[static_cast<size_t>(t)].data();
+    float* mb = im.m[static_cast<size_t>(t)].data();
     transform_input_tiles(im.s, x, p0, rows, vb, rows, false);
-    const memory vm({{36, rows, im.s.c}, dt::f32, tag::abc}, im.eng, vb);
-    const memory mm({{36, rows, im.kt}, dt::f32, tag::abc}, im.eng, mb);
-    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, vm},
-                                            {DNNL_ARG_WEIGHTS, im.u_mem[static_cast<size_t>(q)]},
-                                            {DNNL_ARG_DST, mm}};
-    if (!im.scratch[t].empty())
-      args[DNNL_ARG_SCRATCHPAD] = memory(im.mm_scratch[which], im.eng, im.scratch[t].data());
-    im.mm[which].execute(im.streams[t], args);
-    im.streams[t].wait();
+    im.products->run(t, rows, vb, im.u_mem[static_cast<size_t>(q)], mb);
     im.output_transform(mb, p0, rows, q * im.kt, y);
   }
 }

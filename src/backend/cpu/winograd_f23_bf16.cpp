@@ -1,0 +1,252 @@
+// rn50: bf16 Winograd F(2x2, 3x3) on oneDNN's batched bf16 matmul (WinogradF23Bf16,
+// winograd_f23_bf16.h).
+// Why: oneDNN 2.6 has no bf16 Winograd; its direct avx512_core_bf16 kernel ran ResNet-50's 3x3
+// stride-1 convs at batch 32 in 15.5-16.7 ms each (forward) on a 2-core AVX-512 EPYC, and the
+// three directions of these 13 convs were over a quarter of a bf16 training step (issue 33's
+// profile). F(2x2, 3x3) is the largest tile whose error bf16 affords (F(4x4, 3x3), which the
+// f32 op uses, was 5x worse). The transforms are ours, 16 channels per AVX-512 register in f32
+// (vcvtneps2bf16 rounds V once); the products are oneDNN's.
+#include "backend/cpu/winograd_f23_bf16.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cpu/winograd_products.h"
+#include "core/bf16.h"
+#include "core/check.h"
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__) && !defined(__AMX_BF16__)
+#include <immintrin.h>
+#define RN50_WINO_BF16 1
+#else
+#define RN50_WINO_BF16 0
+#endif
+
+namespace rn50::onednn {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+namespace {
+
+int64_t g_chunk_override = 0;  ///< set_winograd_f23_chunk_tiles (0: none)
+
+constexpr int64_t kL = 16;  ///< channels per AVX-512 register (f32)
+
+#if RN50_WINO_BF16
+
+/// 16 bf16 channels at p, widened to f32 (exact). The zero-masking forms with every lane set:
+/// GCC 12's unmasked ones merge into an undefined register and warn inside the transforms.
+inline __m512 load16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m512i w = _mm512_maskz_cvtepu16_epi32(0xffff, h);
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w, 16));
+}
+
+/// 16 f32 values rounded to nearest even into bf16 at p (vcvtneps2bf16).
+inline void store16(uint16_t* p, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
+}
+
+#endif
+
+}  // namespace
+
+void set_winograd_f23_chunk_tiles(std::optional<int64_t> tiles) {
+  RN50_CHECK(!tiles || *tiles >= 1, "winograd bf16: chunk of {} tiles", tiles.value_or(0));
+  g_chunk_override = tiles.value_or(0);
+}
+
+bool WinogradF23Bf16::built() { return RN50_WINO_BF16 != 0; }
+
+bool WinogradF23Bf16::fits(const Shape& s) {
+  return built() && s.c > 0 && s.k > 0 && s.c % kL == 0 && s.k % kL == 0 && s.n > 0 &&
+         s.h > 0 && s.w > 0;
+}
+
+int64_t WinogradF23Bf16::tiles(const Shape& s) { return s.n * ((s.h + 1) / 2) * ((s.w + 1) / 2); }
+
+// bench_micro's BM_Conv3x3TrainBf16/own:1 at batch 32 on a 2-core AVX-512 EPYC (L2 1 MiB per
+// core), forward, ms, medians of 3 by most tiles per chunk (the V and M of a tile: 6, 12, 24
+// KiB at 64, 128, 256 channels): 64 ch at 56x56 48: 14.4, 96: 14.4, 160: 13.1 / 12.8 / 12.8,
+// 384: 12.5 / 13.0; 128 ch at 28x28 48: 11.7, 96: 10.9, 128: 9.84 / 10.3, 192: 9.59 / 10.8,
+// 256: 9.96 / 10.0 / 10.5; 256 ch at 14x14 48: 11.6, 96: 10.4, 160: 12.7, 256: 10.9. So about
+// 2 MiB of V and M per chunk: 341, 170 and 85 tiles.
+int64_t WinogradF23Bf16::chunk_tiles(const Shape& s) {
+  const int64_t nthr = std::max(1, omp_get_max_threads());
+  const int64_t p = tiles(s), even = (p + nthr - 1) / nthr;
+  if (g_chunk_override) return std::clamp<int64_t>(even, 1, g_chunk_override);
+  const int64_t cap = std::max<int64_t>(1, kChunkBytes / (16 * (2 * s.c + 4 * s.k)));
+  const int64_t per_thread = (even + cap - 1) / cap;
+  return (even + per_thread - 1) / per_thread;
+}
+
+// G (4x3) of F(2x2, 3x3): rows (1 0 0), (1/2 1/2 1/2), (1/2 -1/2 1/2), (0 0 1).
+void WinogradF23Bf16::transform_weights_into(const uint16_t* w, int64_t c, int64_t k,
+                                             WeightOrder order, uint16_t* u) {
+  const bool bwd = order == WeightOrder::oihw_bwd_data || order == WeightOrder::ohwi_bwd_data;
+  const bool ohwi = order == WeightOrder::ohwi || order == WeightOrder::ohwi_bwd_data;
+  const int64_t cs = bwd ? k : c;  // the stored tensor's input channels
+#pragma omp parallel for schedule(static)
+  for (int64_t ko = 0; ko < k; ++ko)
+    for (int64_t ci = 0; ci < c; ++ci) {
+      const int64_t so = bwd ? ci : ko, si = bwd ? ko : ci;  // in the stored tensor
+      float g[3][3];
+      for (int r = 0; r < 3; ++r)
+        for (int q = 0; q < 3; ++q) {
+          const int rr = bwd ? 2 - r : r, qq = bwd ? 2 - q : q;  // rotated 180 degrees
+          g[r][q] = bf16_to_float(ohwi ? w[((so * 3 + rr) * 3 + qq) * cs + si]
+                                       : w[(so * cs + si) * 9 + rr * 3 + qq]);
+        }
+      float t[4][3];  // G g
+      for (int j = 0; j < 3; ++j) {
+        t[0][j] = g[0][j];
+        t[1][j] = 0.5f * (g[0][j] + g[1][j] + g[2][j]);
+        t[2][j] = 0.5f * (g[0][j] - g[1][j] + g[2][j]);
+        t[3][j] = g[2][j];
+      }
+      for (int i = 0; i < 4; ++i) {  // (G g) G^T
+        const float o[4] = {t[i][0], 0.5f * (t[i][0] + t[i][1] + t[i][2]),
+                            0.5f * (t[i][0] - t[i][1] + t[i][2]), t[i][2]};
+        for (int j = 0; j < 4; ++j) u[((i * 4 + j) * c + ci) * k + ko] = float_to_bf16(o[j]);
+      }
+    }
+}
+
+struct WinogradF23Bf16::Impl {
+  Shape s;
+  int64_t th = 0, tw = 0, p = 0, chunk = 0;
+  int nthr = 1;
+  dnnl::engine eng;
+  memory::desc ud;  ///< U (16, C, K) bf16
+  std::unique_ptr<ChunkProducts> products;
+  /// Per thread: V (16, chunk, C) bf16, M (16, chunk, K) f32.
+  std::vector<std::vector<uint16_t>> v;
+  std::vector<std::vector<float>> m;
+
+#if RN50_WINO_BF16
+  /// V (16, rows, C) of tiles [p0, p0 + rows) of x: B^T d B of each tile's 4x4 input d (zero
+  /// outside the image), the row of tile p0 + r at position xi at vb[(xi rows + r) C].
+  /// B^T's rows: (1 0 -1 0), (0 1 1 0), (0 -1 1 0), (0 1 0 -1).
+  void input_transform(const uint16_t* x, int64_t p0, int64_t rows, uint16_t* vb) const {
+    const int64_t C = s.c;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t t = p0 + r, n = t / (th * tw), ty = (t / tw) % th, tx = t % tw;
+      const int64_t h0 = ty * 2 - 1, w0 = tx * 2 - 1;
+      const uint16_t* src[4][4];  // each tap's pixel, nullptr in the padding
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) {
+          const int64_t hh = h0 + i, ww = w0 + j;
+          src[i][j] = hh < 0 || hh >= s.h || ww < 0 || ww >= s.w
+                          ? nullptr
+                          : x + ((n * s.h + hh) * s.w + ww) * C;
+        }
+      uint16_t* out = vb + r * C;
+      const int64_t pos = rows * C;  // elements between positions
+      for (int64_t c0 = 0; c0 < C; c0 += kL) {
+        __m512 d[4][4];
+        for (int i = 0; i < 4; ++i)
+          for (int j = 0; j < 4; ++j)
+            d[i][j] = src[i][j] ? load16(src[i][j] + c0) : _mm512_setzero_ps();
+        __m512 t1[4][4];  // B^T d: down the columns
+        for (int j = 0; j < 4; ++j) {
+          t1[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
+          t1[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
+          t1[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
+          t1[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
+        }
+        for (int i = 0; i < 4; ++i) {  // (B^T d) B: along row i
+          uint16_t* o = out + (i * 4) * pos + c0;
+          store16(o, _mm512_sub_ps(t1[i][0], t1[i][2]));
+          store16(o + pos, _mm512_add_ps(t1[i][1], t1[i][2]));
+          store16(o + 2 * pos, _mm512_sub_ps(t1[i][2], t1[i][1]));
+          store16(o + 3 * pos, _mm512_sub_ps(t1[i][1], t1[i][3]));
+        }
+      }
+    }
+  }
+
+  /// M (16, rows, K) f32 of tiles [p0, p0 + rows) into y: A^T m A, rounded once to bf16, the
+  /// pixels outside the image (odd H or W) not written. A^T's rows: (1 1 1 0), (0 1 -1 -1).
+  void output_transform(const float* mb, int64_t p0, int64_t rows, uint16_t* y) const {
+    const int64_t K = s.k, pos = rows * K;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t t = p0 + r, n = t / (th * tw), ty = (t / tw) % th, tx = t % tw;
+      const int64_t oh = std::min<int64_t>(2, s.h - ty * 2);
+      const int64_t ow = std::min<int64_t>(2, s.w - tx * 2);
+      uint16_t* yt = y + ((n * s.h + ty * 2) * s.w + tx * 2) * K;
+      const float* in = mb + r * K;
+      for (int64_t k0 = 0; k0 < K; k0 += kL) {
+        __m512 t1[2][4];  // A^T m: down the columns
+        for (int j = 0; j < 4; ++j) {
+          const __m512 m0 = _mm512_loadu_ps(in + j * pos + k0);
+          const __m512 m1 = _mm512_loadu_ps(in + (4 + j) * pos + k0);
+          const __m512 m2 = _mm512_loadu_ps(in + (8 + j) * pos + k0);
+          const __m512 m3 = _mm512_loadu_ps(in + (12 + j) * pos + k0);
+          t1[0][j] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
+          t1[1][j] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
+        }
+        for (int i = 0; i < oh; ++i) {  // (A^T m) A: along row i
+          uint16_t* yr = yt + i * s.w * K + k0;
+          store16(yr, _mm512_add_ps(_mm512_add_ps(t1[i][0], t1[i][1]), t1[i][2]));
+          if (ow == 2) store16(yr + K, _mm512_sub_ps(_mm512_sub_ps(t1[i][1], t1[i][2]), t1[i][3]));
+        }
+      }
+    }
+  }
+#endif
+};
+
+WinogradF23Bf16::WinogradF23Bf16(const dnnl::engine& eng, const Shape& s)
+    : impl_(std::make_unique<Impl>()) {
+  RN50_CHECK(fits(s),
+             "winograd bf16: needs a build with AVX-512 BF16, channels in multiples of 16 (C {}, "
+             "K {}) and a non-empty image",
+             s.c, s.k);
+  Impl& im = *impl_;
+  im.s = s;
+  im.eng = eng;
+  im.th = (s.h + 1) / 2;
+  im.tw = (s.w + 1) / 2;
+  im.p = tiles(s);
+  im.nthr = std::max(1, omp_get_max_threads());
+  im.chunk = chunk_tiles(s);
+  const int64_t last = im.p - (im.p - 1) / im.chunk * im.chunk;
+  im.ud = memory::desc({16, s.c, s.k}, dt::bf16, tag::abc);
+  im.products = std::make_unique<ChunkProducts>(eng, im.ud, dt::bf16, im.chunk, last, im.nthr);
+  const auto threads = static_cast<size_t>(im.nthr);
+  im.v.assign(threads, std::vector<uint16_t>(static_cast<size_t>(16 * im.chunk * s.c)));
+  im.m.assign(threads, std::vector<float>(static_cast<size_t>(16 * im.chunk * s.k)));
+}
+
+WinogradF23Bf16::~WinogradF23Bf16() = default;
+
+void WinogradF23Bf16::run(const uint16_t* u, const uint16_t* x, uint16_t* y) {
+#if RN50_WINO_BF16
+  Impl& im = *impl_;
+  const int64_t chunks = (im.p + im.chunk - 1) / im.chunk;
+  const memory um(im.ud, im.eng, const_cast<uint16_t*>(u));
+  // Inside the parallel region oneDNN runs each matmul on the calling thread alone; the chunks
+  // are equal per thread (chunk_tiles), so a static schedule balances them.
+#pragma omp parallel for schedule(static) num_threads(im.nthr)
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int t = omp_get_thread_num();
+    const int64_t p0 = ch * im.chunk, rows = std::min(im.chunk, im.p - p0);
+    uint16_t* vb = im.v[static_cast<size_t>(t)].data();
+    float* mb = im.m[static_cast<size_t>(t)].data();
+    im.input_transform(x, p0, rows, vb);
+    im.products->run(t, rows, vb, um, mb);
+    im.output_transform(mb, p0, rows, y);
+  }
+#else
+  (void)u;
+  (void)x;
+  (void)y;
+  RN50_CHECK(false, "winograd bf16: this build has no AVX-512 BF16 kernel");
+#endif
+}
+
+}  // namespace rn50::onednn

@@ -1,0 +1,91 @@
+// rn50: a bf16 3x3 stride-1 pad-1 convolution on NHWC activations as Winograd F(2x2, 3x3) on
+// oneDNN's batched bf16 matmul, for CPUs with AVX-512 BF16 and no AMX, where oneDNN 2.6 has no
+// bf16 Winograd (see winograd_f23_bf16.cpp; the training driver: conv_winograd.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include <dnnl.hpp>
+
+#include "backend/cpu/winograd_f43.h"
+
+namespace rn50::onednn {
+
+/// y = conv3x3(x, w) with stride 1 and zero padding 1, all bf16, computed as Winograd F(2x2,
+/// 3x3) (Lavin and Gray 2016, "Fast Algorithms for Convolutional Neural Networks", the B^T, G
+/// and A^T of their section 4.1): every 2x2 output tile (P = N ceil(H/2) ceil(W/2) tiles) reads
+/// a 4x4 input tile d; V = B^T d B (in f32, rounded once to bf16) and U = G g G^T
+/// (transform_weights_into, rounded once to bf16) turn the conv into 16 products M[xi] (P x K,
+/// f32 sums) = V[xi] (P x C) . U[xi] (C x K), and each tile's output A^T m A is rounded once
+/// to bf16. The tiles are taken in equal chunks per OpenMP thread (chunk_tiles): each thread
+/// transforms its chunk's inputs into its own V, runs the 16 products as one oneDNN batched
+/// matmul on its own core and transforms the products straight into y, so V and M stay in its
+/// caches.
+///   x: (N, C, H, W) bf16 NHWC;  y: (N, K, H, W) bf16 NHWC;  C and K multiples of 16.
+///   u: (16, C, K) bf16 from transform_weights_into.
+/// 4 multiply-adds of the direct conv's 9 per output pair remain in the products (2.25x
+/// fewer). Rounding: the transformed operands are rounded to bf16, so the relative RMS error
+/// of an output is about twice the direct bf16 conv's (3.6-3.8e-3 against 1.7e-3 of float64 at
+/// ResNet-50's 7x7 to 28x28 shapes, random post-ReLU inputs, Kaiming weights; F(4x4, 3x3)'s
+/// larger transforms gave 1.6-2.1e-2 and are not used in bf16). Not batch invariant: a chunk
+/// mixes images.
+class WinogradF23Bf16 {
+ public:
+  /// The layer: N images of C channels, H x W pixels in and out, K output channels.
+  struct Shape {
+    int64_t n = 0, c = 0, k = 0, h = 0, w = 0;
+  };
+  using WeightOrder = WinogradF43Conv::WeightOrder;
+  /// Most bytes of V and M per chunk (16 x tiles x (2 C + 4 K)); see the definition of
+  /// chunk_tiles for the measurements.
+  static constexpr int64_t kChunkBytes = int64_t{2} << 20;
+
+  /// Whether this build carries the op: compiled for a CPU with AVX-512 BF16 (the build is
+  /// -march=native) and not for AMX.
+  static bool built();
+  /// Whether the op takes `s`: built, C and K multiples of 16, a non-empty image.
+  static bool fits(const Shape& s);
+  /// 2x2 output tiles of the layer: N x ceil(H / 2) x ceil(W / 2).
+  static int64_t tiles(const Shape& s);
+  /// Tiles per chunk with this process's OpenMP threads: each thread's even share of the
+  /// tiles in as many equal chunks of at most kChunkBytes (set_winograd_f23_chunk_tiles's
+  /// override: chunks of exactly that, the last shorter).
+  static int64_t chunk_tiles(const Shape& s);
+  /// bf16 elements of U: 16 x C x K.
+  static size_t weight_elems(const Shape& s) {
+    return 16 * static_cast<size_t>(s.c) * static_cast<size_t>(s.k);
+  }
+
+  /// U (16, c, k) bf16 of the conv with c input and k output channels into `u`: U[xi] = G g G^T
+  /// at 4x4 position xi for every (ci, ko), summed in f32 and rounded once, from the bf16
+  /// weights `w` read as `order` says (for the *_bwd_data orders `w` is the forward conv's
+  /// (c, k, 3, 3) tensor, transposed and rotated: W'[ci][ko][r][q] = W[ko][ci][2-r][2-q]).
+  /// OpenMP over k.
+  static void transform_weights_into(const uint16_t* w, int64_t c, int64_t k, WeightOrder order,
+                                     uint16_t* u);
+
+  /// Builds the matmul primitives and per-thread buffers for `s`. Throws rn50::Error when
+  /// !fits(s), dnnl::error when oneDNN cannot build the matmul.
+  WinogradF23Bf16(const dnnl::engine& eng, const Shape& s);
+  ~WinogradF23Bf16();
+  WinogradF23Bf16(const WinogradF23Bf16&) = delete;
+  WinogradF23Bf16& operator=(const WinogradF23Bf16&) = delete;
+
+  /// y (overwritten) from x with the transformed weights u (layouts above). Runs its own OpenMP
+  /// parallel region; not re-entrant (the per-thread buffers are the object's).
+  void run(const uint16_t* u, const uint16_t* x, uint16_t* y);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Overrides the chunk size (tiles per chunk, at least 1) for this process: the tests use it
+/// to run several chunks and a shorter last one on small shapes; std::nullopt restores the
+/// default.
+void set_winograd_f23_chunk_tiles(std::optional<int64_t> tiles);
+
+}  // namespace rn50::onednn

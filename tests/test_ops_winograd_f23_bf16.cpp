@@ -1,0 +1,246 @@
+// The bf16 3x3 stride-1 convolution as Winograd F(2x2, 3x3) (src/backend/cpu/
+// winograd_f23_bf16.cpp) against a float64 reference on random data: the forward conv and the
+// backward-data conv (the weights transposed and rotated by the weight transform), OIHW and
+// OHWI weights, even and odd image sizes (a last row and column of tiles half outside), one
+// chunk and several with a shorter last one, 1 and 2 threads; and, through the oneDNN
+// backend's conv2d_fwd / conv2d_bwd_data (which take it where conv_own_winograd_bf16_allowed
+// says), the answer oneDNN's direct bf16 kernel gives.
+// Skips where the build has no such op (a CPU without AVX-512 BF16, or with AMX).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/conv_algo.h"
+#include "backend/cpu/onednn_backend.h"
+#include "backend/cpu/winograd_f23_bf16.h"
+#include "core/bf16.h"
+#include "rn50/backend.h"
+#include "rn50/tensor.h"
+
+namespace rn50::test {
+namespace {
+
+using onednn::WinogradF23Bf16;
+using Order = WinogradF23Bf16::WeightOrder;
+using Shape = WinogradF23Bf16::Shape;
+
+/// n bf16 values: |normal| (post-ReLU activations) or normal * scale (weights, gradients).
+std::vector<uint16_t> random_bf16(int64_t n, uint32_t seed, bool relu, float scale = 1.f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  for (auto& e : v) e = float_to_bf16(relu ? std::fabs(d(rng)) : d(rng) * scale);
+  return v;
+}
+
+/// Output (n, h, w, ko) of the direct 3x3 conv, stride 1, pad 1, in float64, from `in` (n, h,
+/// w, ci) NHWC; tap (r, q) of output channel ko from input channel ci is wt(ko, ci, r, q). Also
+/// sum |in| |w| per output (the error scale).
+template <class Wt>
+void reference(const Shape& s, int64_t ci_n, int64_t ko_n, const std::vector<uint16_t>& in,
+               Wt wt, std::vector<double>& out, std::vector<double>& mag) {
+  out.assign(static_cast<size_t>(s.n * s.h * s.w * ko_n), 0.0);
+  mag.assign(out.size(), 0.0);
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t h = 0; h < s.h; ++h)
+      for (int64_t w = 0; w < s.w; ++w)
+        for (int r = 0; r < 3; ++r)
+          for (int q = 0; q < 3; ++q) {
+            const int64_t ih = h + r - 1, iw = w + q - 1;
+            if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
+            const uint16_t* px = &in[static_cast<size_t>(((n * s.h + ih) * s.w + iw) * ci_n)];
+            for (int64_t ko = 0; ko < ko_n; ++ko) {
+              double a = 0, b = 0;
+              for (int64_t ci = 0; ci < ci_n; ++ci) {
+                const double p = bf16_to_float(px[ci]) * double{wt(ko, ci, r, q)};
+                a += p;
+                b += std::fabs(p);
+              }
+              const auto o = static_cast<size_t>(((n * s.h + h) * s.w + w) * ko_n + ko);
+              out[o] += a;
+              mag[o] += b;
+            }
+          }
+}
+
+/// Runs the op on `threads` threads in direction fwd (x -> y) or bwd_data (dy -> dx) and checks
+/// it against the float64 conv: every element within 2^-8 of its value plus 2^-6 of its sum of
+/// |products| (the transformed operands' bf16 roundings), and the relative RMS error under 6e-3
+/// (3.6-3.8e-3 expected at ResNet-50's shapes; the direct bf16 conv has 1.7e-3).
+void expect_matches_reference(const Shape& fwd, bool bwd_data, bool ohwi, int threads,
+                              uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << "N" << fwd.n << " " << fwd.h << "x" << fwd.w << " C"
+                                    << fwd.c << " K" << fwd.k << (bwd_data ? " bwd_data" : " fwd")
+                                    << (ohwi ? " OHWI" : " OIHW") << ", " << threads
+                                    << " thread(s)");
+  const int64_t C = fwd.c, K = fwd.k;
+  const auto w = random_bf16(K * C * 9, seed, false, 0.1f);  // the forward conv's (K, C, 3, 3)
+  auto wf = [&](int64_t ko, int64_t ci, int r, int q) {      // forward tap, either order
+    const int64_t i = ohwi ? ((ko * 3 + r) * 3 + q) * C + ci : (ko * C + ci) * 9 + r * 3 + q;
+    return bf16_to_float(w[static_cast<size_t>(i)]);
+  };
+  // The op's own shape: the backward-data conv maps dy's K channels to dx's C.
+  const Shape s{fwd.n, bwd_data ? K : C, bwd_data ? C : K, fwd.h, fwd.w};
+  const auto in = random_bf16(s.n * s.h * s.w * s.c, seed + 1, !bwd_data);
+  std::vector<double> ref, mag;
+  if (bwd_data)  // dx[c] at (h, w) = sum dy[k] at (h - r + 1, w - q + 1) W[k][c][r][q]
+    reference(
+        s, K, C, in, [&](int64_t c, int64_t k, int r, int q) { return wf(k, c, 2 - r, 2 - q); },
+        ref, mag);
+  else
+    reference(s, C, K, in, wf, ref, mag);
+  const Order order = bwd_data ? (ohwi ? Order::ohwi_bwd_data : Order::oihw_bwd_data)
+                               : (ohwi ? Order::ohwi : Order::oihw);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  std::vector<uint16_t> u(WinogradF23Bf16::weight_elems(s));
+  WinogradF23Bf16::transform_weights_into(w.data(), s.c, s.k, order, u.data());
+  std::vector<uint16_t> out(ref.size(), 0x7fc0);  // NaN: every element must be written
+  {
+    WinogradF23Bf16 op(dnnl::engine(dnnl::engine::kind::cpu, 0), s);
+    op.run(u.data(), in.data(), out.data());
+  }
+  omp_set_num_threads(saved);
+  int64_t bad = 0;
+  double err2 = 0, ref2 = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const double got = bf16_to_float(out[i]), e = got - ref[i];
+    err2 += e * e;
+    ref2 += ref[i] * ref[i];
+    const double tol = std::fabs(ref[i]) / 256 + mag[i] / 64 + 1e-6;
+    if (!(std::fabs(e) <= tol) && bad++ < 5)
+      ADD_FAILURE() << "output " << i << " = " << got << ", reference " << ref[i];
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_LT(std::sqrt(err2 / ref2), 6e-3);
+}
+
+class WinogradF23Bf16Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!WinogradF23Bf16::built())
+      GTEST_SKIP() << "this build has no AVX-512 BF16 Winograd (CPU without AVX-512 BF16, or "
+                      "with AMX)";
+  }
+  void TearDown() override { onednn::set_winograd_f23_chunk_tiles(std::nullopt); }
+};
+
+TEST_F(WinogradF23Bf16Test, ForwardMatchesFloat64Reference) {
+  // 8x8 (whole tiles), 7x7 and 5x6 (a last row or column of tiles half outside), 14x14 at
+  // ResNet-50's channel ratio; one chunk per thread.
+  uint32_t seed = 3;
+  for (const Shape& s : {Shape{2, 32, 48, 8, 8}, Shape{3, 16, 16, 7, 7}, Shape{1, 64, 32, 5, 6},
+                         Shape{2, 64, 64, 14, 14}})
+    for (const int threads : {1, 2})
+      for (const bool ohwi : {false, true})
+        expect_matches_reference(s, false, ohwi, threads, seed += 2);
+}
+
+TEST_F(WinogradF23Bf16Test, BackwardDataMatchesFloat64Reference) {
+  // C != K so that a transposition mistake changes the shapes' roles.
+  uint32_t seed = 51;
+  for (const Shape& s : {Shape{2, 32, 48, 8, 8}, Shape{3, 16, 64, 7, 7}})
+    for (const int threads : {1, 2})
+      for (const bool ohwi : {false, true})
+        expect_matches_reference(s, true, ohwi, threads, seed += 2);
+}
+
+TEST_F(WinogradF23Bf16Test, SeveralChunksWithAShortLastOne) {
+  // 2 x 4 x 4 = 32 tiles (7x7 images); chunks of 5: 16 tiles per thread on 2 threads as 5, 5,
+  // 5, 1, and the single-thread run's 32 as six of 5 and one of 2.
+  onednn::set_winograd_f23_chunk_tiles(5);
+  const Shape s{2, 32, 16, 7, 7};
+  EXPECT_EQ(WinogradF23Bf16::chunk_tiles(s), 5);
+  expect_matches_reference(s, false, false, 1, 91);
+  expect_matches_reference(s, false, true, 2, 93);
+  expect_matches_reference(s, true, false, 2, 95);
+}
+
+TEST_F(WinogradF23Bf16Test, ChunksAreEqualPerThread) {
+  // 32 x 7 x 7 = 1568 tiles of a 14x14 layer at batch 32: 784 per thread on 2 threads, in
+  // chunks of at most 2 MiB of V and M (24 KiB per tile at 256 channels: 85 tiles).
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  const int64_t chunk = WinogradF23Bf16::chunk_tiles({32, 256, 256, 14, 14});
+  omp_set_num_threads(saved);
+  const int64_t per_thread = (784 + chunk - 1) / chunk;
+  const int64_t most = WinogradF23Bf16::kChunkBytes / (16 * (2 * 256 + 4 * 256));
+  EXPECT_LE(chunk, most);
+  EXPECT_GT(chunk, most / 2) << "as few chunks as the cap allows";
+  // Equal chunks: together they overshoot the thread's 784 tiles by less than one per chunk.
+  EXPECT_LT(per_thread * chunk - 784, per_thread);
+}
+
+TEST_F(WinogradF23Bf16Test, TheBackendTakesItFrom14x14UpAndAgreesWithOnednn) {
+  onednn::set_conv_algo(onednn::ConvAlgo::automatic);
+  const bool at_14 = onednn::conv_own_winograd_bf16_allowed({256, 256, 3, 1, 14 * 14});
+  const bool at_56 = onednn::conv_own_winograd_bf16_allowed({64, 64, 3, 1, 56 * 56});
+  const bool at_7 = onednn::conv_own_winograd_bf16_allowed({512, 512, 3, 1, 7 * 7});
+  onednn::set_conv_algo(onednn::ConvAlgo::direct);
+  const bool direct = onednn::conv_own_winograd_bf16_allowed({256, 256, 3, 1, 14 * 14});
+  onednn::set_conv_algo(std::nullopt);
+  EXPECT_TRUE(at_14 && at_56) << "F(2x2, 3x3) beats oneDNN's direct bf16 kernel from 14x14 up";
+  EXPECT_FALSE(at_7) << "oneDNN's direct kernel is the faster one at 7x7";
+  EXPECT_FALSE(direct) << "policy `direct` must keep oneDNN's kernels";
+
+  // Batch 2 at 14x14, 64 -> 32 channels, weights OIHW and OHWI: forward and backward data
+  // through the backend under `automatic` (this op) and `direct` (oneDNN's kernel).
+  std::unique_ptr<Backend> be = make_backend("onednn");
+  auto tensor = [&](std::vector<int64_t> shape, uint32_t seed, bool relu, float scale,
+                    Layout l) {
+    Tensor t = Tensor::empty(std::move(shape), DType::bf16, l);
+    const auto v = random_bf16(t.numel(), seed, relu, scale);
+    std::copy(v.begin(), v.end(), t.data_as<uint16_t>());
+    return t;
+  };
+  for (const Layout wl : {Layout::NCHW, Layout::NHWC})
+    for (const bool bwd_data : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << (bwd_data ? "bwd_data" : "fwd")
+                                        << (wl == Layout::NHWC ? " OHWI" : " OIHW"));
+      const Tensor w = tensor({32, 64, 3, 3}, 61, false, 0.1f, wl);
+      const Tensor in = bwd_data ? tensor({2, 32, 14, 14}, 62, false, 1.f, Layout::NHWC)
+                                 : tensor({2, 64, 14, 14}, 63, true, 1.f, Layout::NHWC);
+      const std::vector<int64_t> out_shape =
+          bwd_data ? std::vector<int64_t>{2, 64, 14, 14} : std::vector<int64_t>{2, 32, 14, 14};
+      Tensor own = Tensor::empty(out_shape, DType::bf16, Layout::NHWC);
+      Tensor ref = Tensor::empty(out_shape, DType::bf16, Layout::NHWC);
+      const Conv2dParams p{1, 1};
+      for (const auto algo : {onednn::ConvAlgo::direct, onednn::ConvAlgo::automatic}) {
+        onednn::set_conv_algo(algo);
+        Tensor& out = algo == onednn::ConvAlgo::direct ? ref : own;
+        if (bwd_data)
+          be->conv2d_bwd_data(p, in, w, out);
+        else
+          be->conv2d_fwd(p, in, w, out);
+      }
+      onednn::set_conv_algo(std::nullopt);
+      double d2 = 0, r2 = 0;
+      int64_t differ = 0;
+      for (int64_t i = 0; i < own.numel(); ++i) {
+        const double a = bf16_to_float(own.data_as<uint16_t>()[i]);
+        const double b = bf16_to_float(ref.data_as<uint16_t>()[i]);
+        d2 += (a - b) * (a - b);
+        r2 += b * b;
+        differ += a != b;
+      }
+      // Both within 1.7e-3 / 3.8e-3 RMS of the exact conv: their difference under 6e-3.
+      EXPECT_LT(std::sqrt(d2 / r2), 6e-3);
+      EXPECT_GT(differ, 0) << "the same bits as oneDNN's direct kernel: was this op taken?";
+    }
+}
+
+TEST_F(WinogradF23Bf16Test, RejectsChannelsThatAreNotMultiplesOf16) {
+  EXPECT_FALSE(WinogradF23Bf16::fits({1, 24, 32, 8, 8}));
+  EXPECT_FALSE(WinogradF23Bf16::fits({1, 32, 40, 8, 8}));
+  EXPECT_TRUE(WinogradF23Bf16::fits({1, 32, 48, 8, 8}));
+  EXPECT_THROW(WinogradF23Bf16(dnnl::engine(dnnl::engine::kind::cpu, 0), {1, 24, 32, 8, 8}),
+               std::exception);
+}
+
+}  // namespace
+}  // namespace rn50::test
