@@ -33,11 +33,11 @@
 //                                  Winograd (policy `matmul`; conv_winograd.h), its weight
 //                                  transform included; pass 2 the weight gradient, own 0 as
 //                                  im2col + matmuls (conv_im2col.h), 1 our Winograd.
-//   BM_Conv3x3TrainBf16/<own>/<pass>/<n>/<shape>  the same in bf16 (pass 0 forward, 1 backward
-//                                  data): own 0 oneDNN's direct kernel, 1 our Winograd F(2x2,
-//                                  3x3) (policy `matmul`; winograd_f23_bf16.h), its weight
-//                                  transform included. What conv_own_winograd_bf16_allowed's
-//                                  size rule comes from.
+//   BM_Conv3x3TrainBf16/<own>/<pass>/<n>/<shape>  the same in bf16: own 0 oneDNN's direct
+//                                  kernel (all three passes), 1 our Winograd F(2x2, 3x3)
+//                                  (policy `matmul`; winograd_f23_bf16.h), its weight transform
+//                                  included. What conv_own_winograd_bf16_allowed's size rule
+//                                  comes from.
 // Run: build/rn50_bench_micro [--benchmark_filter=Conv] [--benchmark_repetitions=5]
 #include <benchmark/benchmark.h>
 
@@ -386,9 +386,9 @@ void BM_Conv3x3InferF32(benchmark::State& state) {
 /// kKxK[range(3)] at batch range(2), NHWC f32, direct (range(0) = 0) or our Winograd (1); the
 /// weight gradient (range(1) = 2) as im2col + matmuls (0) or our Winograd (1).
 /// The oneDNN backend's 3x3 stride-1 conv of kKxK[range(3)] at batch range(2), NHWC, in `dt`:
-/// pass (range(1)) 0 forward, 1 backward data, 2 the weight gradient (f32 only); range(0) 0
-/// oneDNN's direct kernel (policy `direct`), 1 our Winograd (policy `matmul`; the weight
-/// gradient: 0 im2col + matmuls, 1 our Winograd).
+/// pass (range(1)) 0 forward, 1 backward data, 2 the weight gradient; range(0) 0 oneDNN's
+/// direct kernel (policy `direct`), 1 our Winograd (policy `matmul`; the f32 weight gradient:
+/// 0 im2col + matmuls, 1 our Winograd).
 void conv3x3_train(benchmark::State& state, DType dt) {
   std::unique_ptr<Backend> holder = make_backend("onednn");
   auto& be = dynamic_cast<onednn::OnednnBackend&>(*holder);
@@ -419,8 +419,10 @@ void conv3x3_train(benchmark::State& state, DType dt) {
       be.conv2d_bwd_data(p, y, w, x);
     else if (state.range(0))
       onednn::conv_bwd_weights_own_winograd(be, p, x, y, dw);
-    else
+    else if (dt == DType::f32)
       onednn::conv_bwd_weights_im2col(be, p, x, y, dw);
+    else
+      be.conv2d_bwd_weights(p, x, y, dw);
     be.synchronize();
   };
   run();
@@ -434,7 +436,7 @@ void BM_Conv3x3TrainF32(benchmark::State& state) { conv3x3_train(state, DType::f
 void BM_Conv3x3TrainBf16(benchmark::State& state) { conv3x3_train(state, DType::bf16); }
 BENCHMARK(BM_Conv3x3TrainBf16)
     ->ArgNames({"own", "pass", "n", "shape"})
-    ->ArgsProduct({{0, 1}, {0, 1}, {32}, {1, 3, 5, 7}})
+    ->ArgsProduct({{0, 1}, {0, 1, 2}, {32}, {1, 3, 5, 7}})
     ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_Conv3x3TrainF32)

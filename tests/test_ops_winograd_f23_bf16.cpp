@@ -2,9 +2,10 @@
 // winograd_f23_bf16.cpp) against a float64 reference on random data: the forward conv and the
 // backward-data conv (the weights transposed and rotated by the weight transform), OIHW and
 // OHWI weights, even and odd image sizes (a last row and column of tiles half outside), one
-// chunk and several with a shorter last one, 1 and 2 threads; and, through the oneDNN
-// backend's conv2d_fwd / conv2d_bwd_data (which take it where conv_own_winograd_bf16_allowed
-// says), the answer oneDNN's direct bf16 kernel gives.
+// chunk and several with a shorter last one, 1 and 2 threads; the weight gradient (through the
+// backend's conv2d_bwd_weights, conv_winograd.cpp), one chunk and several; and, through the
+// oneDNN backend's conv2d_fwd / conv2d_bwd_data / conv2d_bwd_weights (which take it where
+// conv_own_winograd_bf16_allowed says), the answer oneDNN's direct bf16 kernel gives.
 // Skips where the build has no such op (a CPU without AVX-512 BF16, or with AMX).
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "backend/cpu/conv_algo.h"
+#include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/onednn_backend.h"
 #include "backend/cpu/winograd_f23_bf16.h"
 #include "core/bf16.h"
@@ -188,8 +190,9 @@ TEST_F(WinogradF23Bf16Test, TheBackendTakesItFrom14x14UpAndAgreesWithOnednn) {
   EXPECT_FALSE(at_7) << "oneDNN's direct kernel is the faster one at 7x7";
   EXPECT_FALSE(direct) << "policy `direct` must keep oneDNN's kernels";
 
-  // Batch 2 at 14x14, 64 -> 32 channels, weights OIHW and OHWI: forward and backward data
-  // through the backend under `automatic` (this op) and `direct` (oneDNN's kernel).
+  // Batch 2 at 14x14, 64 -> 32 channels, weights OIHW and OHWI: forward, backward data and the
+  // weight gradient through the backend under `automatic` (this op) and `direct` (oneDNN's
+  // kernel).
   std::unique_ptr<Backend> be = make_backend("onednn");
   auto tensor = [&](std::vector<int64_t> shape, uint32_t seed, bool relu, float scale,
                     Layout l) {
@@ -198,25 +201,32 @@ TEST_F(WinogradF23Bf16Test, TheBackendTakesItFrom14x14UpAndAgreesWithOnednn) {
     std::copy(v.begin(), v.end(), t.data_as<uint16_t>());
     return t;
   };
+  using onednn::ConvDir;
   for (const Layout wl : {Layout::NCHW, Layout::NHWC})
-    for (const bool bwd_data : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << (bwd_data ? "bwd_data" : "fwd")
-                                        << (wl == Layout::NHWC ? " OHWI" : " OIHW"));
+    for (const ConvDir dir : {ConvDir::fwd, ConvDir::bwd_data, ConvDir::bwd_weights}) {
+      SCOPED_TRACE(::testing::Message() << static_cast<int>(dir) << " (0 fwd, 1 bwd_data, 2 "
+                                        << "bwd_weights)" << (wl == Layout::NHWC ? " OHWI"
+                                                                                 : " OIHW"));
       const Tensor w = tensor({32, 64, 3, 3}, 61, false, 0.1f, wl);
-      const Tensor in = bwd_data ? tensor({2, 32, 14, 14}, 62, false, 1.f, Layout::NHWC)
-                                 : tensor({2, 64, 14, 14}, 63, true, 1.f, Layout::NHWC);
+      const Tensor x = tensor({2, 64, 14, 14}, 63, true, 1.f, Layout::NHWC);
+      const Tensor dy = tensor({2, 32, 14, 14}, 62, false, 1.f, Layout::NHWC);
       const std::vector<int64_t> out_shape =
-          bwd_data ? std::vector<int64_t>{2, 64, 14, 14} : std::vector<int64_t>{2, 32, 14, 14};
-      Tensor own = Tensor::empty(out_shape, DType::bf16, Layout::NHWC);
-      Tensor ref = Tensor::empty(out_shape, DType::bf16, Layout::NHWC);
+          dir == ConvDir::fwd        ? std::vector<int64_t>{2, 32, 14, 14}
+          : dir == ConvDir::bwd_data ? std::vector<int64_t>{2, 64, 14, 14}
+                                     : std::vector<int64_t>{32, 64, 3, 3};
+      const Layout out_layout = dir == ConvDir::bwd_weights ? wl : Layout::NHWC;
+      Tensor own = Tensor::empty(out_shape, DType::bf16, out_layout);
+      Tensor ref = Tensor::empty(out_shape, DType::bf16, out_layout);
       const Conv2dParams p{1, 1};
       for (const auto algo : {onednn::ConvAlgo::direct, onednn::ConvAlgo::automatic}) {
         onednn::set_conv_algo(algo);
         Tensor& out = algo == onednn::ConvAlgo::direct ? ref : own;
-        if (bwd_data)
-          be->conv2d_bwd_data(p, in, w, out);
+        if (dir == ConvDir::fwd)
+          be->conv2d_fwd(p, x, w, out);
+        else if (dir == ConvDir::bwd_data)
+          be->conv2d_bwd_data(p, dy, w, out);
         else
-          be->conv2d_fwd(p, in, w, out);
+          be->conv2d_bwd_weights(p, x, dy, out);
       }
       onednn::set_conv_algo(std::nullopt);
       double d2 = 0, r2 = 0;
@@ -232,6 +242,77 @@ TEST_F(WinogradF23Bf16Test, TheBackendTakesItFrom14x14UpAndAgreesWithOnednn) {
       EXPECT_LT(std::sqrt(d2 / r2), 6e-3);
       EXPECT_GT(differ, 0) << "the same bits as oneDNN's direct kernel: was this op taken?";
     }
+}
+
+/// The weight gradient through the backend's conv2d_bwd_weights under policy `matmul` (which
+/// sends every bf16 3x3 stride-1 conv that fits to this op) against float64: dw[k][c][r][q] =
+/// sum over n, h, w of dy[n][h][w][k] x[n][h + r - 1][w + q - 1][c]. Every element within 2^-7
+/// of its value plus 2^-6 of its sum of |products|, the relative RMS error under 6e-3.
+void expect_weight_grad_matches_reference(const Shape& s, Layout wl, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << "weight gradient N" << s.n << " " << s.h << "x" << s.w
+                                    << " C" << s.c << " K" << s.k
+                                    << (wl == Layout::NHWC ? " OHWI" : " OIHW"));
+  const auto xv = random_bf16(s.n * s.h * s.w * s.c, seed, true);
+  const auto dyv = random_bf16(s.n * s.h * s.w * s.k, seed + 1, false);
+  std::vector<double> ref(static_cast<size_t>(s.k * s.c * 9), 0.0), mag(ref.size(), 0.0);
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t h = 0; h < s.h; ++h)
+      for (int64_t w = 0; w < s.w; ++w)
+        for (int r = 0; r < 3; ++r)
+          for (int q = 0; q < 3; ++q) {
+            const int64_t ih = h + r - 1, iw = w + q - 1;
+            if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
+            const uint16_t* px = &xv[static_cast<size_t>(((n * s.h + ih) * s.w + iw) * s.c)];
+            const uint16_t* g = &dyv[static_cast<size_t>(((n * s.h + h) * s.w + w) * s.k)];
+            for (int64_t k = 0; k < s.k; ++k)
+              for (int64_t c = 0; c < s.c; ++c) {
+                const double p = double{bf16_to_float(g[k])} * bf16_to_float(px[c]);
+                const auto o = static_cast<size_t>((k * s.c + c) * 9 + r * 3 + q);
+                ref[o] += p;
+                mag[o] += std::fabs(p);
+              }
+          }
+  auto tensor = [](std::vector<int64_t> shape, const std::vector<uint16_t>& v) {
+    Tensor t = Tensor::empty(std::move(shape), DType::bf16, Layout::NHWC);
+    std::copy(v.begin(), v.end(), t.data_as<uint16_t>());
+    return t;
+  };
+  const Tensor x = tensor({s.n, s.c, s.h, s.w}, xv), dy = tensor({s.n, s.k, s.h, s.w}, dyv);
+  Tensor dw = Tensor::empty({s.k, s.c, 3, 3}, DType::bf16, wl);
+  std::unique_ptr<Backend> be = make_backend("onednn");
+  onednn::set_conv_algo(onednn::ConvAlgo::matmul);
+  be->conv2d_bwd_weights(Conv2dParams{1, 1}, x, dy, dw);
+  onednn::set_conv_algo(std::nullopt);
+  int64_t bad = 0;
+  double err2 = 0, ref2 = 0;
+  for (int64_t k = 0; k < s.k; ++k)
+    for (int64_t c = 0; c < s.c; ++c)
+      for (int t = 0; t < 9; ++t) {
+        const auto i = static_cast<size_t>((k * s.c + c) * 9 + t);
+        const int64_t at = wl == Layout::NHWC ? (k * 9 + t) * s.c + c : (k * s.c + c) * 9 + t;
+        const double got = bf16_to_float(dw.data_as<uint16_t>()[at]), e = got - ref[i];
+        err2 += e * e;
+        ref2 += ref[i] * ref[i];
+        if (!(std::fabs(e) <= std::fabs(ref[i]) / 128 + mag[i] / 64 + 1e-6) && bad++ < 5)
+          ADD_FAILURE() << "dw[" << k << "][" << c << "] tap " << t << " = " << got
+                        << ", reference " << ref[i];
+      }
+  EXPECT_EQ(bad, 0);
+  EXPECT_LT(std::sqrt(err2 / ref2), 6e-3);
+}
+
+TEST_F(WinogradF23Bf16Test, WeightGradMatchesFloat64Reference) {
+  // Even and odd images (a last row and column of 2x2 gradient tiles half outside), C != K,
+  // OIHW and OHWI; then chunks of 4 KiB (a few tiles each, the last shorter), whose products
+  // add into M.
+  uint32_t seed = 201;
+  for (const Layout wl : {Layout::NCHW, Layout::NHWC}) {
+    expect_weight_grad_matches_reference({2, 32, 48, 8, 8}, wl, seed += 2);
+    expect_weight_grad_matches_reference({3, 16, 32, 7, 7}, wl, seed += 2);
+  }
+  onednn::set_winograd_wgrad_chunk_bytes(4096);
+  expect_weight_grad_matches_reference({2, 16, 32, 7, 5}, Layout::NHWC, seed += 2);
+  onednn::set_winograd_wgrad_chunk_bytes(std::nullopt);
 }
 
 TEST_F(WinogradF23Bf16Test, RejectsChannelsThatAreNotMultiplesOf16) {

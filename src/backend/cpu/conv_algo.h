@@ -24,9 +24,9 @@ namespace rn50::onednn {
 ///    matmul (conv_winograd.cpp) where it has enough tiles, in all three directions (the weight
 ///    gradient then not as im2col), and on CPUs with AVX-512 BF16 but no AMX the bf16 weight
 ///    gradient of NHWC convs with outputs of 7x7 pixels or fewer (and some 1x1s) as our own
-///    GEMM (1.1-1.4x oneDNN's kernels there; conv_wgrad_bf16.h), and there the forward and
-///    backward data of bf16 3x3 stride-1 NHWC convs with outputs of 14x14 or more as our own
-///    Winograd F(2x2, 3x3) (1.1-1.5x oneDNN's direct kernel; winograd_f23_bf16.h).
+///    GEMM (1.1-1.4x oneDNN's kernels there; conv_wgrad_bf16.h), and there bf16 3x3 stride-1
+///    NHWC convs with outputs of 14x14 or more as our own Winograd F(2x2, 3x3) in all three
+///    directions (1.1-1.7x oneDNN's direct kernel; winograd_f23_bf16.h).
 ///  * direct: neither (every conv is oneDNN's direct convolution; the torchvision parity test).
 ///  * matmul: as auto, and 1x1 NHWC convs as matmuls in all three directions, and every KxK
 ///    NHWC conv's weight gradient as im2col + matmuls, in f32 and bf16 on every CPU, and our own
@@ -84,8 +84,8 @@ bool conv_own_wgrad_allowed(DType dt, const ConvShapeInfo& s);
 /// that the tests run it on any CPU), never with `direct`.
 bool conv_own_winograd_allowed();
 
-/// Whether the forward and backward-data bf16 3x3 stride-1 pad-1 convolution of shape `s` on
-/// NHWC activations runs as our own Winograd F(2x2, 3x3) (winograd_f23_bf16.h) when the build
+/// Whether the bf16 3x3 stride-1 pad-1 convolution of shape `s` on NHWC activations runs as
+/// our own Winograd F(2x2, 3x3) in all three directions (winograd_f23_bf16.h) when the build
 /// has it (AVX-512 BF16 without AMX): with `automatic` at the output sizes where it beats
 /// oneDNN 2.6's direct jit_bf16 kernel (see the definition for the measurements), always with
 /// `matmul` (the tests), never with `direct`.

@@ -1,5 +1,5 @@
 // rn50: the training backend's 3x3 stride-1 convolutions on NHWC activations as our own
-// Winograd: f32 F(4x4, 3x3), and bf16 F(2x2, 3x3) forward and backward data (conv_winograd.h).
+// Winograd: f32 F(4x4, 3x3) and bf16 F(2x2, 3x3), all three directions (conv_winograd.h).
 // Why: oneDNN 2.6 has Winograd only with AVX-512; on AVX2-only CPUs its direct jit:avx2 kernel
 // is what the training step's 3x3 stride-1 convs ran (forward and backward data, 13 of
 // ResNet-50's convs each), while the inference engine's WinogradF43Conv ran the same shapes
@@ -11,9 +11,10 @@
 // the forward, the output gradient's tiles through A instead of A^T, their 36 products summed
 // over all tiles by one batched matmul per chunk, and G^T M G at the end. Results differ from
 // the direct convolution by rounding only. bf16 (on CPUs with AVX-512 BF16 and no AMX, where
-// oneDNN 2.6 has no bf16 Winograd) takes the same route through WinogradF23Bf16, its U (16 x C
-// x K bf16) transformed on every call too; its bf16 weight gradient stays with
-// conv_wgrad_bf16.h or oneDNN.
+// oneDNN 2.6 has no bf16 Winograd) takes the same routes through WinogradF23Bf16: its U (16 x C
+// x K bf16) transformed on every call, its weight gradient's V and Z in bf16 and their
+// products summed in f32, in smaller chunks (kWgradChunkBytesBf16). Its error is about twice
+// the direct bf16 conv's (winograd_f23_bf16.h).
 #include "backend/cpu/conv_winograd.h"
 
 #include <omp.h>
@@ -38,6 +39,13 @@ size_t g_wgrad_chunk_override = 0;  ///< set_winograd_wgrad_chunk_bytes (0: none
 /// Bytes of V and Z per chunk of the weight gradient's tiles: the chunk's transforms are
 /// written and then read by the products while they still sit in the caches (L3 here)...
 constexpr size_t kWgradChunkBytes = size_t{16} << 20;
+/// The same for bf16 (F(2x2, 3x3): 16 positions of 2 bytes per channel of a tile, V and Z).
+/// bench_micro's BM_Conv3x3TrainBf16/own:1/pass:2 at batch 32, 2-core AVX-512 EPYC, ms, medians
+/// of 3, by chunk bytes (64 ch at 56x56, 128 at 28x28, 256 at 14x14): 1 MiB 18.8, 12.5, 9.99;
+/// 2 MiB 16.9, 11.1, 10.1; 4 MiB 12.8 and 14.2, 10.5 and 10.8, 10.8 and 11.1; 8 MiB 13.1,
+/// 11.9, 11.6; 16 MiB 17.6, 14.4, 11.4; 64 MiB 19.6, 15.1, 12.4. oneDNN's direct kernel: 21.9,
+/// 18.4, 17.8.
+constexpr size_t kWgradChunkBytesBf16 = size_t{4} << 20;
 /// ... but at least this many tiles per chunk: every chunk's products read and write all of M
 /// (36 C K floats, 38 MiB at 512 channels), 8 bytes per 2 x rows FLOPs of each element.
 constexpr int64_t kWgradMinChunkTiles = 128;
@@ -51,9 +59,10 @@ struct WinoEntry : CacheEntry {
   std::unique_ptr<WinogradF43Conv> conv;
 };
 
-/// The shape direction `dir` computes: fwd x (N,C) -> y (N,K); bwd_data dy (N,K) -> dx (N,C).
+/// The shape direction `dir` computes: fwd x (N,C) -> y (N,K); bwd_data dy (N,K) -> dx (N,C);
+/// bwd_weights the forward conv's (act x, out dy).
 WinogradF43Conv::Shape shape_of(ConvDir dir, const Tensor& act, const Tensor& out) {
-  const bool fwd = dir == ConvDir::fwd;
+  const bool fwd = dir != ConvDir::bwd_data;
   return {act.n(), fwd ? act.c() : out.c(), fwd ? out.c() : act.c(), act.h(), act.w(), true};
 }
 
@@ -108,13 +117,15 @@ void run(OnednnBackend& be, ConvDir dir, const Tensor& in, const Tensor& w, Tens
   e.conv->run(in.data_as<const float>(), out.data_as<float>());
 }
 
-/// The weight gradient's products of a chunk of `rows` tiles: M (36, C, K) = V^T Z, or += with
-/// `accumulate` (oneDNN's sum post-op), with V (36, rows, C) read transposed and Z (36, rows,
-/// K), all f32.
-Exec make_wgrad_matmul(OnednnBackend& be, int64_t c, int64_t k, int64_t rows, bool accumulate) {
-  const memory::desc a({36, c, rows}, memory::data_type::f32, memory::dims{rows * c, 1, c});
-  const memory::desc b({36, rows, k}, memory::data_type::f32, memory::format_tag::abc);
-  const memory::desc m({36, c, k}, memory::data_type::f32, memory::format_tag::abc);
+/// The weight gradient's products of a chunk of `rows` tiles: M (P, C, K) f32 = V^T Z, or +=
+/// with `accumulate` (oneDNN's sum post-op), with V (P, rows, C) read transposed and Z (P,
+/// rows, K) in `dt` (f32, or bf16 summed in f32), P the positions of a transformed tile.
+Exec make_wgrad_matmul(OnednnBackend& be, int64_t positions, memory::data_type dt, int64_t c,
+                       int64_t k, int64_t rows, bool accumulate) {
+  const int64_t P = positions;
+  const memory::desc a({P, c, rows}, dt, memory::dims{rows * c, 1, c});
+  const memory::desc b({P, rows, k}, dt, memory::format_tag::abc);
+  const memory::desc m({P, c, k}, memory::data_type::f32, memory::format_tag::abc);
   dnnl::primitive_attr attr = OnednnBackend::attr();
   if (accumulate) {
     dnnl::post_ops po;
@@ -127,32 +138,44 @@ Exec make_wgrad_matmul(OnednnBackend& be, int64_t c, int64_t k, int64_t rows, bo
 }
 
 /// The weight gradient of one shape: its chunks of tiles and their products (the first chunk's
-/// writes M, the others' add to it).
+/// writes M, the others' add to it); f32 as F(4x4, 3x3) (36 positions), bf16 as F(2x2, 3x3)
+/// (16 positions).
 struct WgradEntry : CacheEntry {
   WinogradF43Conv::Shape s;
+  bool bf16 = false;
+  int64_t positions = 36, elem = 4;  ///< positions of a transformed tile, bytes of an element
   int64_t tiles = 0, chunk = 0, chunks = 0, tail = 0;
   Exec mm_first, mm, mm_tail;
 };
 
 WgradEntry& wgrad_entry_for(OnednnBackend& be, const Tensor& x, const Tensor& dy,
                             const Tensor& dw) {
-  const size_t chunk_bytes = g_wgrad_chunk_override ? g_wgrad_chunk_override : kWgradChunkBytes;
+  const size_t chunk_bytes =
+      g_wgrad_chunk_override ? g_wgrad_chunk_override
+      : x.dtype() == DType::bf16 ? kWgradChunkBytesBf16
+                                 : kWgradChunkBytes;
   Key k = key(Tag::conv_winograd).add(static_cast<int64_t>(ConvDir::bwd_weights)).add(x).add(
       dy).add(dw).add(static_cast<int64_t>(chunk_bytes));
   return be.cached<WgradEntry>(k, [&] {
     auto e = std::make_unique<WgradEntry>();
     e->s = shape_of(ConvDir::fwd, x, dy);
     const WinogradF43Conv::Shape& s = e->s;
-    e->tiles = WinogradF43Conv::tiles(s);
-    const int64_t row_bytes = 36 * (s.c + s.k) * static_cast<int64_t>(sizeof(float));
+    e->bf16 = x.dtype() == DType::bf16;
+    e->positions = e->bf16 ? 16 : 36;
+    e->elem = e->bf16 ? 2 : 4;
+    e->tiles = e->bf16 ? WinogradF23Bf16::tiles(bf16_shape_of(ConvDir::fwd, x, dy))
+                       : WinogradF43Conv::tiles(s);
+    const int64_t row_bytes = e->positions * (s.c + s.k) * e->elem;
     const int64_t most = std::max<int64_t>(g_wgrad_chunk_override ? 1 : kWgradMinChunkTiles,
                                            static_cast<int64_t>(chunk_bytes) / row_bytes);
     e->chunks = (e->tiles + most - 1) / most;
     e->chunk = (e->tiles + e->chunks - 1) / e->chunks;  // even chunks, the last no longer
     e->tail = e->tiles - (e->chunks - 1) * e->chunk;
-    e->mm_first = make_wgrad_matmul(be, s.c, s.k, e->chunk, false);
-    if (e->chunks > 1) e->mm = make_wgrad_matmul(be, s.c, s.k, e->chunk, true);
-    if (e->tail != e->chunk) e->mm_tail = make_wgrad_matmul(be, s.c, s.k, e->tail, true);
+    const auto dt = e->bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+    const int64_t P = e->positions;
+    e->mm_first = make_wgrad_matmul(be, P, dt, s.c, s.k, e->chunk, false);
+    if (e->chunks > 1) e->mm = make_wgrad_matmul(be, P, dt, s.c, s.k, e->chunk, true);
+    if (e->tail != e->chunk) e->mm_tail = make_wgrad_matmul(be, P, dt, s.c, s.k, e->tail, true);
     return e;
   });
 }
@@ -168,11 +191,12 @@ bool takes(const Conv2dParams& p, const Tensor& act, const Tensor& w, const Tens
          act.h() == out.h() && act.w() == out.w() && conv_own_winograd_allowed();
 }
 
-/// conv_as_own_winograd's bf16 case: 3x3, stride 1, pad 1, bf16 NHWC activations of equal
+/// The bf16 case of conv_as_own_winograd (fwd, bwd_data) and conv_bwd_weights_as_own_winograd
+/// (bwd_weights: act x, w dw, out dy): 3x3, stride 1, pad 1, bf16 NHWC activations of equal
 /// size, the op's fit (C and K multiples of 16) and the policy for the output size.
 bool takes_bf16(ConvDir dir, const Conv2dParams& p, const Tensor& act, const Tensor& w,
                 const Tensor& out) {
-  return dir != ConvDir::bwd_weights && w.ndim() == 4 && w.h() == 3 && w.w() == 3 &&
+  return w.ndim() == 4 && w.h() == 3 && w.w() == 3 &&
          p.stride == 1 && p.pad == 1 && act.ndim() == 4 && out.ndim() == 4 &&
          act.dtype() == DType::bf16 && w.dtype() == DType::bf16 && out.dtype() == DType::bf16 &&
          act.layout() == Layout::NHWC && out.layout() == Layout::NHWC && act.h() == out.h() &&
@@ -207,7 +231,8 @@ void run_bf16(OnednnBackend& be, ConvDir dir, const Tensor& in, const Tensor& w,
 
 bool conv_as_own_winograd(ConvDir dir, const Conv2dParams& p, const Tensor& act, const Tensor& w,
                           const Tensor& out) {
-  if (act.dtype() == DType::bf16) return takes_bf16(dir, p, act, w, out);
+  if (act.dtype() == DType::bf16)
+    return dir != ConvDir::bwd_weights && takes_bf16(dir, p, act, w, out);
   return dir != ConvDir::bwd_weights && takes(p, act, w, out) &&
          WinogradF43Conv::worthwhile(shape_of(dir, act, out));
 }
@@ -230,6 +255,7 @@ void set_winograd_wgrad_chunk_bytes(std::optional<size_t> bytes) {
 
 bool conv_bwd_weights_as_own_winograd(const Conv2dParams& p, const Tensor& x, const Tensor& dw,
                                       const Tensor& dy) {
+  if (x.dtype() == DType::bf16) return takes_bf16(ConvDir::bwd_weights, p, x, dw, dy);
   return takes(p, x, dw, dy) &&
          WinogradF43Conv::weight_grad_worthwhile(shape_of(ConvDir::fwd, x, dy));
 }
@@ -238,27 +264,34 @@ void conv_bwd_weights_own_winograd(OnednnBackend& be, const Conv2dParams&, const
                                    const Tensor& dy, Tensor& dw) {
   WgradEntry& e = wgrad_entry_for(be, x, dy, dw);
   const WinogradF43Conv::Shape& s = e.s;
-  const size_t m_bytes = WinogradF43Conv::weight_bytes(s);
+  const WinogradF23Bf16::Shape s2{s.n, s.c, s.k, s.h, s.w};
+  const auto m_bytes = static_cast<size_t>(e.positions * s.c * s.k) * sizeof(float);
   auto* m = static_cast<float*>(be.scratch(kScratchWeights, m_bytes));
-  auto* v = static_cast<float*>(
-      be.scratch(kScratchAct0, static_cast<size_t>(36 * e.chunk * s.c) * sizeof(float)));
-  auto* z = static_cast<float*>(
-      be.scratch(kScratchAct1, static_cast<size_t>(36 * e.chunk * s.k) * sizeof(float)));
-  const auto* xp = x.data_as<const float>();
-  const auto* dyp = dy.data_as<const float>();
+  void* v = be.scratch(kScratchAct0, static_cast<size_t>(e.positions * e.chunk * s.c * e.elem));
+  void* z = be.scratch(kScratchAct1, static_cast<size_t>(e.positions * e.chunk * s.k * e.elem));
   for (int64_t ch = 0; ch < e.chunks; ++ch) {
     const int64_t p0 = ch * e.chunk, rows = ch + 1 == e.chunks ? e.tail : e.chunk;
     {
-      OpProfiler::Scope timed(kWinoWgradTiles, 0,
-                              static_cast<double>(36 * rows * (s.c + s.k)) * sizeof(float),
-                              nullptr);
+      OpProfiler::Scope timed(
+          kWinoWgradTiles, 0, static_cast<double>(e.positions * rows * (s.c + s.k) * e.elem),
+          nullptr);
 #pragma omp parallel
       {  // each thread its share of the chunk's tiles
         const int64_t nthr = omp_get_num_threads(), t = omp_get_thread_num();
         const int64_t a = rows * t / nthr, b = rows * (t + 1) / nthr;
-        WinogradF43Conv::transform_input_tiles(s, xp, p0 + a, b - a, v + a * s.c, rows,
-                                               true);
-        WinogradF43Conv::transform_output_grad_tiles(s, dyp, p0 + a, b - a, z + a * s.k, rows);
+        if (e.bf16) {
+          WinogradF23Bf16::transform_input_tiles(s2, x.data_as<const uint16_t>(), p0 + a, b - a,
+                                                 static_cast<uint16_t*>(v) + a * s.c, rows);
+          WinogradF23Bf16::transform_output_grad_tiles(s2, dy.data_as<const uint16_t>(),
+                                                       p0 + a, b - a,
+                                                       static_cast<uint16_t*>(z) + a * s.k, rows);
+        } else {
+          WinogradF43Conv::transform_input_tiles(s, x.data_as<const float>(), p0 + a, b - a,
+                                                 static_cast<float*>(v) + a * s.c, rows, true);
+          WinogradF43Conv::transform_output_grad_tiles(s, dy.data_as<const float>(), p0 + a,
+                                                       b - a, static_cast<float*>(z) + a * s.k,
+                                                       rows);
+        }
       }
     }
     Exec& mm = ch == 0 ? e.mm_first : rows == e.chunk ? e.mm : e.mm_tail;
@@ -268,8 +301,11 @@ void conv_bwd_weights_own_winograd(OnednnBackend& be, const Conv2dParams&, const
     be.run(mm);
   }
   using Order = WinogradF43Conv::WeightOrder;
-  WinogradF43Conv::weight_grad_from_products(
-      m, s.c, s.k, dw.layout() == Layout::NHWC ? Order::ohwi : Order::oihw, dw.data_as<float>());
+  const Order order = dw.layout() == Layout::NHWC ? Order::ohwi : Order::oihw;
+  if (e.bf16)
+    WinogradF23Bf16::weight_grad_from_products(m, s.c, s.k, order, dw.data_as<uint16_t>());
+  else
+    WinogradF43Conv::weight_grad_from_products(m, s.c, s.k, order, dw.data_as<float>());
 }
 
 }  // namespace rn50::onednn

@@ -1,6 +1,6 @@
 // rn50: 3x3 stride-1 convolutions of the training backend on NHWC activations as our own
 // Winograd: f32 as F(4x4, 3x3) (winograd_f43.h) forward, backward data and the weight gradient,
-// bf16 as F(2x2, 3x3) (winograd_f23_bf16.h) forward and backward data (see conv_winograd.cpp).
+// bf16 as F(2x2, 3x3) (winograd_f23_bf16.h), the same three (see conv_winograd.cpp).
 #pragma once
 
 #include <cstddef>
@@ -33,15 +33,17 @@ void conv_bwd_data_own_winograd(OnednnBackend& be, const Conv2dParams& p, const 
                                 const Tensor& w, Tensor& dx);
 
 /// Whether the weight gradient of the conv with params `p` between x (N,C,H,W), dw (K,C,3,3)
-/// and dy (N,K,H,W) runs as our Winograd: the forward conv's conditions above and
+/// and dy (N,K,H,W) runs as our Winograd: the forward conv's conditions above and, in f32,
 /// WinogradF43Conv::weight_grad_worthwhile.
 bool conv_bwd_weights_as_own_winograd(const Conv2dParams& p, const Tensor& x, const Tensor& dw,
                                       const Tensor& dy);
-/// dw (K,C,3,3; OIHW or OHWI, f32) = the weight gradient of y = conv3x3(x, w), stride 1, zero
-/// padding 1, from x (N,C,H,W) and dy (N,K,H,W), both NHWC f32, as Winograd F(4x4, 3x3)'s
-/// transpose: per chunk of 4x4 tiles, V = B^T d B of x's 6x6 tiles and Z = A g A^T of dy's 4x4
-/// tiles (all threads), then M (36, C, K) += V^T Z (one oneDNN batched matmul, sum post-op);
-/// at the end dW[k][c] = G^T M[., c, k] G (winograd_f43.h). Shapes checked by the caller.
+/// dw (K,C,3,3; OIHW or OHWI) = the weight gradient of y = conv3x3(x, w), stride 1, zero
+/// padding 1, from x (N,C,H,W) and dy (N,K,H,W), both NHWC, all f32 or all bf16, as Winograd
+/// F(4x4, 3x3)'s transpose in f32: per chunk of 4x4 tiles, V = B^T d B of x's 6x6 tiles and Z =
+/// A g A^T of dy's 4x4 tiles (all threads), then M (36, C, K) += V^T Z (one oneDNN batched
+/// matmul, sum post-op); at the end dW[k][c] = G^T M[., c, k] G (winograd_f43.h). In bf16 the
+/// same with F(2x2, 3x3)'s 2x2 tiles (16 positions; winograd_f23_bf16.h), V and Z in bf16, M in
+/// f32, dW rounded once. Shapes checked by the caller.
 void conv_bwd_weights_own_winograd(OnednnBackend& be, const Conv2dParams& p, const Tensor& x,
                                    const Tensor& dy, Tensor& dw);
 

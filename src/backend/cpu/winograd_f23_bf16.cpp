@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/winograd_products.h"
@@ -89,31 +90,141 @@ void WinogradF23Bf16::transform_weights_into(const uint16_t* w, int64_t c, int64
                                              WeightOrder order, uint16_t* u) {
   const bool bwd = order == WeightOrder::oihw_bwd_data || order == WeightOrder::ohwi_bwd_data;
   const bool ohwi = order == WeightOrder::ohwi || order == WeightOrder::ohwi_bwd_data;
-  const int64_t cs = bwd ? k : c;  // the stored tensor's input channels
-#pragma omp parallel for schedule(static)
-  for (int64_t ko = 0; ko < k; ++ko)
-    for (int64_t ci = 0; ci < c; ++ci) {
-      const int64_t so = bwd ? ci : ko, si = bwd ? ko : ci;  // in the stored tensor
-      float g[3][3];
-      for (int r = 0; r < 3; ++r)
-        for (int q = 0; q < 3; ++q) {
-          const int rr = bwd ? 2 - r : r, qq = bwd ? 2 - q : q;  // rotated 180 degrees
-          g[r][q] = bf16_to_float(ohwi ? w[((so * 3 + rr) * 3 + qq) * cs + si]
-                                       : w[(so * cs + si) * 9 + rr * 3 + qq]);
-        }
-      float t[4][3];  // G g
-      for (int j = 0; j < 3; ++j) {
-        t[0][j] = g[0][j];
-        t[1][j] = 0.5f * (g[0][j] + g[1][j] + g[2][j]);
-        t[2][j] = 0.5f * (g[0][j] - g[1][j] + g[2][j]);
-        t[3][j] = g[2][j];
+  // Blocks of 16 output channels (32 bytes of U per (xi, ci)). One output channel at a time
+  // wrote U with a stride of K: 0.86 ms per call of a 256-channel layer, 19 ms of a bf16
+  // training step.
+  constexpr int64_t kB = kKernelBlock;
+  for_each_kernel_block(w, c, k, bwd, ohwi, [&](int64_t k0, int64_t nl, int64_t ci,
+                                                const float (&g)[3][3][kB]) {
+    float t[4][3][kB];  // G g
+    for (int j = 0; j < 3; ++j)
+      for (int64_t l = 0; l < kB; ++l) {
+        t[0][j][l] = g[0][j][l];
+        t[1][j][l] = 0.5f * (g[0][j][l] + g[1][j][l] + g[2][j][l]);
+        t[2][j][l] = 0.5f * (g[0][j][l] - g[1][j][l] + g[2][j][l]);
+        t[3][j][l] = g[2][j][l];
       }
-      for (int i = 0; i < 4; ++i) {  // (G g) G^T
-        const float o[4] = {t[i][0], 0.5f * (t[i][0] + t[i][1] + t[i][2]),
-                            0.5f * (t[i][0] - t[i][1] + t[i][2]), t[i][2]};
-        for (int j = 0; j < 4; ++j) u[((i * 4 + j) * c + ci) * k + ko] = float_to_bf16(o[j]);
+    for (int i = 0; i < 4; ++i) {  // (G g) G^T
+      uint16_t o[4][kB];
+      for (int64_t l = 0; l < kB; ++l) {
+        o[0][l] = float_to_bf16(t[i][0][l]);
+        o[1][l] = float_to_bf16(0.5f * (t[i][0][l] + t[i][1][l] + t[i][2][l]));
+        o[2][l] = float_to_bf16(0.5f * (t[i][0][l] - t[i][1][l] + t[i][2][l]));
+        o[3][l] = float_to_bf16(t[i][2][l]);
+      }
+      for (int j = 0; j < 4; ++j)
+        std::memcpy(u + ((i * 4 + j) * c + ci) * k + k0, o[j],
+                    static_cast<size_t>(nl) * sizeof(uint16_t));
+    }
+  });
+}
+
+void WinogradF23Bf16::transform_input_tiles(const Shape& s, const uint16_t* x, int64_t p0,
+                                            int64_t rows, uint16_t* v, int64_t ld) {
+#if RN50_WINO_BF16
+  const int64_t th = (s.h + 1) / 2, tw = (s.w + 1) / 2, C = s.c, pos = ld * C;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = p0 + r, n = t / (th * tw), ty = (t / tw) % th, tx = t % tw;
+    const int64_t h0 = ty * 2 - 1, w0 = tx * 2 - 1;
+    const uint16_t* src[4][4];  // each tap's pixel, nullptr in the padding
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) {
+        const int64_t hh = h0 + i, ww = w0 + j;
+        src[i][j] = hh < 0 || hh >= s.h || ww < 0 || ww >= s.w
+                        ? nullptr
+                        : x + ((n * s.h + hh) * s.w + ww) * C;
+      }
+    uint16_t* out = v + r * C;
+    for (int64_t c0 = 0; c0 < C; c0 += kL) {
+      __m512 d[4][4];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j)
+          d[i][j] = src[i][j] ? load16(src[i][j] + c0) : _mm512_setzero_ps();
+      __m512 t1[4][4];  // B^T d: down the columns
+      for (int j = 0; j < 4; ++j) {
+        t1[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
+        t1[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
+        t1[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
+        t1[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
+      }
+      for (int i = 0; i < 4; ++i) {  // (B^T d) B: along row i
+        uint16_t* o = out + (i * 4) * pos + c0;
+        store16(o, _mm512_sub_ps(t1[i][0], t1[i][2]));
+        store16(o + pos, _mm512_add_ps(t1[i][1], t1[i][2]));
+        store16(o + 2 * pos, _mm512_sub_ps(t1[i][2], t1[i][1]));
+        store16(o + 3 * pos, _mm512_sub_ps(t1[i][1], t1[i][3]));
       }
     }
+  }
+#else
+  (void)s, (void)x, (void)p0, (void)rows, (void)v, (void)ld;
+  RN50_CHECK(false, "winograd bf16: this build has no AVX-512 BF16 kernel");
+#endif
+}
+
+void WinogradF23Bf16::transform_output_grad_tiles(const Shape& s, const uint16_t* dy, int64_t p0,
+                                                  int64_t rows, uint16_t* z, int64_t ld) {
+#if RN50_WINO_BF16
+  const int64_t th = (s.h + 1) / 2, tw = (s.w + 1) / 2, K = s.k, pos = ld * K;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = p0 + r, n = t / (th * tw), ty = (t / tw) % th, tx = t % tw;
+    const bool down = ty * 2 + 1 < s.h, right = tx * 2 + 1 < s.w;  // the tile's second row, column
+    const uint16_t* g0 = dy + ((n * s.h + ty * 2) * s.w + tx * 2) * K;
+    const uint16_t* g1 = g0 + s.w * K;
+    uint16_t* out = z + r * K;
+    for (int64_t k0 = 0; k0 < K; k0 += kL) {
+      const __m512 zero = _mm512_setzero_ps();
+      const __m512 g[2][2] = {{load16(g0 + k0), right ? load16(g0 + K + k0) : zero},
+                              {down ? load16(g1 + k0) : zero,
+                               down && right ? load16(g1 + K + k0) : zero}};
+      __m512 t1[4][2];  // A g: down the columns
+      for (int j = 0; j < 2; ++j) {
+        t1[0][j] = g[0][j];
+        t1[1][j] = _mm512_add_ps(g[0][j], g[1][j]);
+        t1[2][j] = _mm512_sub_ps(g[0][j], g[1][j]);
+        t1[3][j] = _mm512_sub_ps(zero, g[1][j]);
+      }
+      for (int i = 0; i < 4; ++i) {  // (A g) A^T: along row i
+        uint16_t* o = out + (i * 4) * pos + k0;
+        store16(o, t1[i][0]);
+        store16(o + pos, _mm512_add_ps(t1[i][0], t1[i][1]));
+        store16(o + 2 * pos, _mm512_sub_ps(t1[i][0], t1[i][1]));
+        store16(o + 3 * pos, _mm512_sub_ps(zero, t1[i][1]));
+      }
+    }
+  }
+#else
+  (void)s, (void)dy, (void)p0, (void)rows, (void)z, (void)ld;
+  RN50_CHECK(false, "winograd bf16: this build has no AVX-512 BF16 kernel");
+#endif
+}
+
+void WinogradF23Bf16::weight_grad_from_products(const float* m, int64_t c, int64_t k,
+                                                WeightOrder order, uint16_t* dw) {
+  RN50_CHECK(order == WeightOrder::oihw || order == WeightOrder::ohwi,
+             "winograd bf16: the weight gradient is written OIHW or OHWI");
+  const bool ohwi = order == WeightOrder::ohwi;
+  // G^T's rows: (1 1/2 1/2 0), (0 1/2 -1/2 0), (0 1/2 1/2 1).
+  for_each_product_block<16>(m, c, k, [&](int64_t ci, int64_t kb, int64_t nb,
+                                          const float (*mt)[kProductBlock]) {
+    for (int64_t l = 0; l < nb; ++l) {
+      float t[3][4];  // G^T m
+      for (int j = 0; j < 4; ++j) {
+        const float m0 = mt[j][l], m1 = mt[4 + j][l], m2 = mt[8 + j][l], m3 = mt[12 + j][l];
+        t[0][j] = m0 + 0.5f * (m1 + m2);
+        t[1][j] = 0.5f * (m1 - m2);
+        t[2][j] = 0.5f * (m1 + m2) + m3;
+      }
+      const int64_t ko = kb + l;
+      for (int r = 0; r < 3; ++r) {  // (G^T m) G
+        const float o[3] = {t[r][0] + 0.5f * (t[r][1] + t[r][2]), 0.5f * (t[r][1] - t[r][2]),
+                            0.5f * (t[r][1] + t[r][2]) + t[r][3]};
+        for (int q = 0; q < 3; ++q)
+          dw[ohwi ? ((ko * 3 + r) * 3 + q) * c + ci : (ko * c + ci) * 9 + r * 3 + q] =
+              float_to_bf16(o[q]);
+      }
+    }
+  });
 }
 
 struct WinogradF23Bf16::Impl {
@@ -128,47 +239,6 @@ struct WinogradF23Bf16::Impl {
   std::vector<std::vector<float>> m;
 
 #if RN50_WINO_BF16
-  /// V (16, rows, C) of tiles [p0, p0 + rows) of x: B^T d B of each tile's 4x4 input d (zero
-  /// outside the image), the row of tile p0 + r at position xi at vb[(xi rows + r) C].
-  /// B^T's rows: (1 0 -1 0), (0 1 1 0), (0 -1 1 0), (0 1 0 -1).
-  void input_transform(const uint16_t* x, int64_t p0, int64_t rows, uint16_t* vb) const {
-    const int64_t C = s.c;
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t t = p0 + r, n = t / (th * tw), ty = (t / tw) % th, tx = t % tw;
-      const int64_t h0 = ty * 2 - 1, w0 = tx * 2 - 1;
-      const uint16_t* src[4][4];  // each tap's pixel, nullptr in the padding
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) {
-          const int64_t hh = h0 + i, ww = w0 + j;
-          src[i][j] = hh < 0 || hh >= s.h || ww < 0 || ww >= s.w
-                          ? nullptr
-                          : x + ((n * s.h + hh) * s.w + ww) * C;
-        }
-      uint16_t* out = vb + r * C;
-      const int64_t pos = rows * C;  // elements between positions
-      for (int64_t c0 = 0; c0 < C; c0 += kL) {
-        __m512 d[4][4];
-        for (int i = 0; i < 4; ++i)
-          for (int j = 0; j < 4; ++j)
-            d[i][j] = src[i][j] ? load16(src[i][j] + c0) : _mm512_setzero_ps();
-        __m512 t1[4][4];  // B^T d: down the columns
-        for (int j = 0; j < 4; ++j) {
-          t1[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
-          t1[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
-          t1[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
-          t1[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
-        }
-        for (int i = 0; i < 4; ++i) {  // (B^T d) B: along row i
-          uint16_t* o = out + (i * 4) * pos + c0;
-          store16(o, _mm512_sub_ps(t1[i][0], t1[i][2]));
-          store16(o + pos, _mm512_add_ps(t1[i][1], t1[i][2]));
-          store16(o + 2 * pos, _mm512_sub_ps(t1[i][2], t1[i][1]));
-          store16(o + 3 * pos, _mm512_sub_ps(t1[i][1], t1[i][3]));
-        }
-      }
-    }
-  }
-
   /// M (16, rows, K) f32 of tiles [p0, p0 + rows) into y: A^T m A, rounded once to bf16, the
   /// pixels outside the image (odd H or W) not written. A^T's rows: (1 1 1 0), (0 1 -1 -1).
   void output_transform(const float* mb, int64_t p0, int64_t rows, uint16_t* y) const {
@@ -237,7 +307,7 @@ void WinogradF23Bf16::run(const uint16_t* u, const uint16_t* x, uint16_t* y) {
     const int64_t p0 = ch * im.chunk, rows = std::min(im.chunk, im.p - p0);
     uint16_t* vb = im.v[static_cast<size_t>(t)].data();
     float* mb = im.m[static_cast<size_t>(t)].data();
-    im.input_transform(x, p0, rows, vb);
+    transform_input_tiles(im.s, x, p0, rows, vb, rows);
     im.products->run(t, rows, vb, um, mb);
     im.output_transform(mb, p0, rows, y);
   }

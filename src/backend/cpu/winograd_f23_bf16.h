@@ -1,6 +1,7 @@
 // rn50: a bf16 3x3 stride-1 pad-1 convolution on NHWC activations as Winograd F(2x2, 3x3) on
 // oneDNN's batched bf16 matmul, for CPUs with AVX-512 BF16 and no AMX, where oneDNN 2.6 has no
-// bf16 Winograd (see winograd_f23_bf16.cpp; the training driver: conv_winograd.cpp).
+// bf16 Winograd, and the transforms of its weight gradient (see winograd_f23_bf16.cpp; the
+// training driver: conv_winograd.cpp).
 #pragma once
 
 #include <cstddef>
@@ -66,6 +67,26 @@ class WinogradF23Bf16 {
   /// OpenMP over k.
   static void transform_weights_into(const uint16_t* w, int64_t c, int64_t k, WeightOrder order,
                                      uint16_t* u);
+
+  /// The input transform of tiles [p0, p0 + rows) of x (N, H, W, C) bf16 NHWC: V = B^T d B of
+  /// each tile's 4x4 input d (zero outside the image; B^T's rows (1 0 -1 0), (0 1 1 0),
+  /// (0 -1 1 0), (0 1 0 -1)), summed in f32 and rounded once to bf16, into v, the row of tile
+  /// p0 + r at position xi being v[(xi ld + r) C ...] (ld >= rows rows per position).
+  static void transform_input_tiles(const Shape& s, const uint16_t* x, int64_t p0, int64_t rows,
+                                    uint16_t* v, int64_t ld);
+  /// The weight gradient's transform of the output gradient dy (N, H, W, K) bf16 NHWC: Z = A g
+  /// A^T of each 2x2 tile g of tiles [p0, p0 + rows) (zero outside the image; A = (A^T)^T,
+  /// A^T's rows (1 1 1 0), (0 1 -1 -1)), rounded once to bf16, into z laid out as
+  /// transform_input_tiles's v with K channels.
+  static void transform_output_grad_tiles(const Shape& s, const uint16_t* dy, int64_t p0,
+                                          int64_t rows, uint16_t* z, int64_t ld);
+  /// The weight gradient dW (K, C, 3, 3) bf16, `order` oihw or ohwi, from the products M (16,
+  /// C, K) f32 = sum over all tiles of V[xi]^T Z[xi]: dW[k][c] = G^T M[., c, k] G, summed in f32
+  /// and rounded once. The forward tile being A^T (U . V) A with U = G g G^T, the chain rule
+  /// gives dU = (A dY A^T) . V and dg = G^T dU G (Lavin and Gray's matrices). OpenMP over c.
+  /// Throws rn50::Error for another order.
+  static void weight_grad_from_products(const float* m, int64_t c, int64_t k, WeightOrder order,
+                                        uint16_t* dw);
 
   /// Builds the matmul primitives and per-thread buffers for `s`. Throws rn50::Error when
   /// !fits(s), dnnl::error when oneDNN cannot build the matmul.

@@ -150,43 +150,24 @@ bool WinogradF43Conv::weight_grad_worthwhile(const Shape& s) {
 
 void WinogradF43Conv::transform_weights_into(const float* w, int64_t c, int64_t k,
                                              WeightOrder order, float* u) {
-  // The stored tensor's (K_s, C_s) = (k, c), or (c, k) for the backward-data conv, whose input
-  // channels are the stored output channels.
   const bool bwd = order == WeightOrder::oihw_bwd_data || order == WeightOrder::ohwi_bwd_data;
   const bool ohwi = order == WeightOrder::ohwi || order == WeightOrder::ohwi_bwd_data;
-  const int64_t cs = bwd ? k : c;  // the stored tensor's input channels
-  // Blocks of 16 output channels (one cache line of U per (xi, ci)), each thread its own
-  // blocks, the input channels in order within a block (so that the 16 x 9 taps read from w
-  // advance through it in step).
-  constexpr int64_t kB = 16;
-#pragma omp parallel for schedule(static)
-  for (int64_t k0 = 0; k0 < k; k0 += kB)
-    for (int64_t ci = 0; ci < c; ++ci) {
-      const int64_t nl = std::min<int64_t>(kB, k - k0);
-      float g[3][3][kB] = {};  // tap (r, q) of the conv's kernel from output channel k0 + l
-      for (int64_t l = 0; l < nl; ++l) {
-        const int64_t ko = k0 + l;
-        const int64_t so = bwd ? ci : ko, si = bwd ? ko : ci;  // in the stored tensor
-        for (int r = 0; r < 3; ++r)
-          for (int q = 0; q < 3; ++q) {
-            const int rr = bwd ? 2 - r : r, qq = bwd ? 2 - q : q;  // rotated 180 degrees
-            g[r][q][l] = ohwi ? w[((so * 3 + rr) * 3 + qq) * cs + si]
-                              : w[(so * cs + si) * 9 + rr * 3 + qq];
-          }
+  constexpr int64_t kB = kKernelBlock;  // 16 floats: one cache line of U per (xi, ci)
+  for_each_kernel_block(w, c, k, bwd, ohwi, [&](int64_t k0, int64_t nl, int64_t ci,
+                                                const float (&g)[3][3][kB]) {
+    float t[6][3][kB];  // G g
+    for (int i = 0; i < 6; ++i)
+      for (int j = 0; j < 3; ++j)
+        for (int l = 0; l < kB; ++l)
+          t[i][j][l] = kG[i][0] * g[0][j][l] + kG[i][1] * g[1][j][l] + kG[i][2] * g[2][j][l];
+    for (int i = 0; i < 6; ++i)
+      for (int j = 0; j < 6; ++j) {  // (G g) G^T
+        float o[kB];
+        for (int l = 0; l < kB; ++l)
+          o[l] = t[i][0][l] * kG[j][0] + t[i][1][l] * kG[j][1] + t[i][2][l] * kG[j][2];
+        std::memcpy(u + ((i * 6 + j) * c + ci) * k + k0, o, static_cast<size_t>(nl) * 4);
       }
-      float t[6][3][kB];  // G g
-      for (int i = 0; i < 6; ++i)
-        for (int j = 0; j < 3; ++j)
-          for (int l = 0; l < kB; ++l)
-            t[i][j][l] = kG[i][0] * g[0][j][l] + kG[i][1] * g[1][j][l] + kG[i][2] * g[2][j][l];
-      for (int i = 0; i < 6; ++i)
-        for (int j = 0; j < 6; ++j) {  // (G g) G^T
-          float o[kB];
-          for (int l = 0; l < kB; ++l)
-            o[l] = t[i][0][l] * kG[j][0] + t[i][1][l] * kG[j][1] + t[i][2][l] * kG[j][2];
-          std::memcpy(u + ((i * 6 + j) * c + ci) * k + k0, o, static_cast<size_t>(nl) * 4);
-        }
-    }
+  });
 }
 
 std::shared_ptr<const std::vector<float>> WinogradF43Conv::transform_weights(const float* w,
@@ -357,39 +338,30 @@ void WinogradF43Conv::weight_grad_from_products(const float* m, int64_t c, int64
              "winograd: the weight gradient is written OIHW or OHWI");
   RN50_CHECK(k % kL == 0, "winograd: the weight gradient needs a multiple of 8 output channels");
   const bool ohwi = order == WeightOrder::ohwi;
-  // The 36 rows of M of one (ci, block of up to kB output channels) are copied out whole first:
-  // read kL channels at a time, those rows, C x K floats apart (a multiple of 4 KiB at ResNet's
-  // widths), fall into one cache set and evict each other before the next kL channels are read.
-  constexpr int64_t kB = 64;
-#pragma omp parallel for schedule(static)
-  for (int64_t ci = 0; ci < c; ++ci)
-    for (int64_t kb = 0; kb < k; kb += kB) {
-      const int64_t nb = std::min(kB, k - kb);
-      alignas(64) float mt[36][kB];
-      for (int xi = 0; xi < 36; ++xi)
-        std::memcpy(mt[xi], m + (xi * c + ci) * k + kb, static_cast<size_t>(nb) * sizeof(float));
-      for (int64_t k0 = 0; k0 < nb; k0 += kL) {
-        float t[3][6][kL];  // G^T m
-        for (int j = 0; j < 6; ++j) {
-          float a[3][kL] = {};
-          for (int i = 0; i < 6; ++i)
-            for (int r = 0; r < 3; ++r)
-              for (int l = 0; l < kL; ++l) a[r][l] += kG[i][r] * mt[i * 6 + j][k0 + l];
+  for_each_product_block<36>(m, c, k, [&](int64_t ci, int64_t kb, int64_t nb,
+                                          const float (*mt)[kProductBlock]) {
+    for (int64_t k0 = 0; k0 < nb; k0 += kL) {
+      float t[3][6][kL];  // G^T m
+      for (int j = 0; j < 6; ++j) {
+        float a[3][kL] = {};
+        for (int i = 0; i < 6; ++i)
           for (int r = 0; r < 3; ++r)
-            for (int l = 0; l < kL; ++l) t[r][j][l] = a[r][l];
-        }
+            for (int l = 0; l < kL; ++l) a[r][l] += kG[i][r] * mt[i * 6 + j][k0 + l];
         for (int r = 0; r < 3; ++r)
-          for (int q = 0; q < 3; ++q) {
-            float a[kL] = {};  // (G^T m) G
-            for (int j = 0; j < 6; ++j)
-              for (int l = 0; l < kL; ++l) a[l] += t[r][j][l] * kG[j][q];
-            for (int l = 0; l < kL; ++l) {
-              const int64_t ko = kb + k0 + l;
-              dw[ohwi ? ((ko * 3 + r) * 3 + q) * c + ci : (ko * c + ci) * 9 + r * 3 + q] = a[l];
-            }
-          }
+          for (int l = 0; l < kL; ++l) t[r][j][l] = a[r][l];
       }
+      for (int r = 0; r < 3; ++r)
+        for (int q = 0; q < 3; ++q) {
+          float a[kL] = {};  // (G^T m) G
+          for (int j = 0; j < 6; ++j)
+            for (int l = 0; l < kL; ++l) a[l] += t[r][j][l] * kG[j][q];
+          for (int l = 0; l < kL; ++l) {
+            const int64_t ko = kb + k0 + l;
+            dw[ohwi ? ((ko * 3 + r) * 3 + q) * c + ci : (ko * c + ci) * 9 + r * 3 + q] = a[l];
+          }
+        }
     }
+  });
 }
 
 struct WinogradF43Conv::Impl {
