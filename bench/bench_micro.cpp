@@ -437,6 +437,7 @@ void BM_Conv3x3TrainBf16(benchmark::State& state) { conv3x3_train(state, DType::
 BENCHMARK(BM_Conv3x3TrainBf16)
     ->ArgNames({"own", "pass", "n", "shape"})
     ->ArgsProduct({{0, 1}, {0, 1, 2}, {32}, {1, 3, 5, 7}})
+    ->ArgsProduct({{0, 1}, {0}, {1}, {1, 3, 5}})
     ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_Conv3x3TrainF32)

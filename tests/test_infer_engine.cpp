@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "backend/cpu/conv_algo.h"
+#include "backend/cpu/winograd_f23_bf16.h"
 #include "core/report.h"
 #include "core/stats.h"
 #include "infer_test_util.h"
@@ -292,6 +293,47 @@ TEST(InferEngineWinograd, DefaultUsesItBatchInvariantDoesNot) {
     EXPECT_EQ(own_winograd_matmuls(onednn_log_of_first_run(*off, x)), 0);
     onednn::set_conv_algo(std::nullopt);
   }
+  omp_set_num_threads(threads);
+}
+
+// bf16 engines on CPUs with AVX-512 BF16 and no AMX run 3x3 stride-1 convs with outputs of
+// 14x14 or more as our own Winograd F(2x2, 3x3) (winograd_f23_bf16.h): at 64x64 px ResNet-50's
+// three layer1 ones (16x16), one batched matmul of 16 products each (both threads' chunks
+// equal); not under policy `direct` nor in a batch-invariant engine. Its logits stay within
+// bf16 rounding of the direct kernels'.
+TEST(InferEngineWinograd, Bf16UsesTheF23OpWhereTheBuildHasIt) {
+  if (!onednn::WinogradF23Bf16::built()) GTEST_SKIP() << "no AVX-512 BF16 Winograd in this build";
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(2);
+  Fixture f("resnet50", 10);
+  EngineOptions o;
+  o.precision = "bf16";
+  auto wino = make_inference_engine(fold_network(f.model->desc(), f.sd), o);
+  onednn::set_conv_algo(onednn::ConvAlgo::direct);
+  auto direct = make_inference_engine(fold_network(f.model->desc(), f.sd), o);
+  const Tensor x = random_images(4, 64, 500);
+  const std::string direct_log = onednn_log_of_first_run(*direct, x);
+  onednn::set_conv_algo(std::nullopt);
+  const std::string wino_log = onednn_log_of_first_run(*wino, x);
+  auto f23_matmuls = [](const std::string& log) {
+    return lines_with(log, {",create:", ",matmul,", ",,16x"}).size();
+  };
+  EXPECT_EQ(f23_matmuls(wino_log), 3u);
+  EXPECT_EQ(lines_with(wino_log, {",create:", ",convolution,"}).size(), 50u);
+  EXPECT_EQ(f23_matmuls(direct_log), 0u);
+  EngineOptions inv = o;
+  inv.batch_invariant = true;
+  auto invariant = make_inference_engine(fold_network(f.model->desc(), f.sd), inv);
+  EXPECT_EQ(f23_matmuls(onednn_log_of_first_run(*invariant, x)), 0u);
+  const Tensor a = wino->run(x), b = direct->run(x);
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double d = double(a.data_as<float>()[i]) - b.data_as<float>()[i];
+    num += d * d;
+    den += double(b.data_as<float>()[i]) * b.data_as<float>()[i];
+  }
+  EXPECT_LT(std::sqrt(num / den), 3e-2) << "relative L2 difference of the logits";
+  EXPECT_GT(num, 0.0) << "the same logits as the direct kernels: was the op taken?";
   omp_set_num_threads(threads);
 }
 

@@ -152,6 +152,45 @@ TEST_F(WinogradF23Bf16Test, BackwardDataMatchesFloat64Reference) {
         expect_matches_reference(s, true, ohwi, threads, seed += 2);
 }
 
+TEST_F(WinogradF23Bf16Test, EpilogueAddsBiasAndResidualThenReLU) {
+  // The inference engine's fused conv: y = ReLU(conv(x) + bias + y), 7x7 (half tiles), 2
+  // threads, f32 weights (transformed straight into bf16 U).
+  const Shape s{2, 32, 48, 7, 7};
+  const auto x = random_bf16(s.n * s.h * s.w * s.c, 301, true);
+  const auto wb = random_bf16(s.k * s.c * 9, 302, false, 0.1f);
+  std::vector<float> w(wb.size()), bias(static_cast<size_t>(s.k));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = bf16_to_float(wb[i]);
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = static_cast<float>(i % 7) - 3.f;
+  const auto res = random_bf16(s.n * s.h * s.w * s.k, 303, false);
+  std::vector<double> ref, mag;
+  reference(s, s.c, s.k, x,
+            [&](int64_t ko, int64_t ci, int r, int q) {
+              return w[static_cast<size_t>((ko * s.c + ci) * 9 + r * 3 + q)];
+            },
+            ref, mag);
+  std::vector<uint16_t> u(WinogradF23Bf16::weight_elems(s)), y = res;
+  WinogradF23Bf16::transform_weights_into(w.data(), s.c, s.k, Order::oihw, u.data());
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  {
+    WinogradF23Bf16 op(dnnl::engine(dnnl::engine::kind::cpu, 0), s,
+                       WinogradF23Bf16::Epilogue{bias.data(), true, true});
+    op.run(u.data(), x.data(), y.data());
+  }
+  omp_set_num_threads(saved);
+  int64_t bad = 0, zeros = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double pre = ref[i] + bias[i % bias.size()] + bf16_to_float(res[i]);
+    const double want = std::max(0.0, pre), got = bf16_to_float(y[i]);
+    zeros += want == 0;
+    const double tol = std::fabs(pre) / 256 + mag[i] / 64 + 1e-6;
+    if (!(std::fabs(got - want) <= tol) && bad++ < 5)
+      ADD_FAILURE() << "y[" << i << "] = " << got << ", expected " << want;
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(zeros, static_cast<int64_t>(y.size()) / 10) << "the ReLU should clip many outputs";
+}
+
 TEST_F(WinogradF23Bf16Test, SeveralChunksWithAShortLastOne) {
   // 2 x 4 x 4 = 32 tiles (7x7 images); chunks of 5: 16 tiles per thread on 2 threads as 5, 5,
   // 5, 1, and the single-thread run's 32 as six of 5 and one of 2.
@@ -190,9 +229,13 @@ TEST_F(WinogradF23Bf16Test, TheBackendTakesItFrom14x14UpAndAgreesWithOnednn) {
   EXPECT_FALSE(at_7) << "oneDNN's direct kernel is the faster one at 7x7";
   EXPECT_FALSE(direct) << "policy `direct` must keep oneDNN's kernels";
 
-  // Batch 2 at 14x14, 64 -> 32 channels, weights OIHW and OHWI: forward, backward data and the
-  // weight gradient through the backend under `automatic` (this op) and `direct` (oneDNN's
-  // kernel).
+  // Batch 6 at 14x14 (294 tiles: 147 per thread on 2 threads, at least kMinTilesPerThread),
+  // 64 -> 32 channels, weights OIHW and OHWI: forward, backward data and the weight gradient
+  // through the backend under `automatic` (this op) and `direct` (oneDNN's kernel).
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  ASSERT_TRUE(WinogradF23Bf16::worthwhile({6, 64, 32, 14, 14}));
+  EXPECT_FALSE(WinogradF23Bf16::worthwhile({2, 64, 32, 14, 14})) << "98 tiles: too few";
   std::unique_ptr<Backend> be = make_backend("onednn");
   auto tensor = [&](std::vector<int64_t> shape, uint32_t seed, bool relu, float scale,
                     Layout l) {
@@ -208,11 +251,11 @@ TEST_F(WinogradF23Bf16Test, TheBackendTakesItFrom14x14UpAndAgreesWithOnednn) {
                                         << "bwd_weights)" << (wl == Layout::NHWC ? " OHWI"
                                                                                  : " OIHW"));
       const Tensor w = tensor({32, 64, 3, 3}, 61, false, 0.1f, wl);
-      const Tensor x = tensor({2, 64, 14, 14}, 63, true, 1.f, Layout::NHWC);
-      const Tensor dy = tensor({2, 32, 14, 14}, 62, false, 1.f, Layout::NHWC);
+      const Tensor x = tensor({6, 64, 14, 14}, 63, true, 1.f, Layout::NHWC);
+      const Tensor dy = tensor({6, 32, 14, 14}, 62, false, 1.f, Layout::NHWC);
       const std::vector<int64_t> out_shape =
-          dir == ConvDir::fwd        ? std::vector<int64_t>{2, 32, 14, 14}
-          : dir == ConvDir::bwd_data ? std::vector<int64_t>{2, 64, 14, 14}
+          dir == ConvDir::fwd        ? std::vector<int64_t>{6, 32, 14, 14}
+          : dir == ConvDir::bwd_data ? std::vector<int64_t>{6, 64, 14, 14}
                                      : std::vector<int64_t>{32, 64, 3, 3};
       const Layout out_layout = dir == ConvDir::bwd_weights ? wl : Layout::NHWC;
       Tensor own = Tensor::empty(out_shape, DType::bf16, out_layout);
@@ -242,6 +285,7 @@ TEST_F(WinogradF23Bf16Test, TheBackendTakesItFrom14x14UpAndAgreesWithOnednn) {
       EXPECT_LT(std::sqrt(d2 / r2), 6e-3);
       EXPECT_GT(differ, 0) << "the same bits as oneDNN's direct kernel: was this op taken?";
     }
+  omp_set_num_threads(saved);
 }
 
 /// The weight gradient through the backend's conv2d_bwd_weights under policy `matmul` (which

@@ -25,6 +25,10 @@
 // Winograd (CPUs without AVX-512), the blocked engine runs such convs (a residual sum allowed)
 // as our own Winograd F(4x4, 3x3) on oneDNN's batched matmul straight on the nChw8c buffers
 // (src/backend/cpu/winograd_f43.h) where it has enough tiles to win, under the same conditions.
+// bf16 engines on CPUs with AVX-512 BF16 and no AMX (oneDNN 2.6 has no bf16 Winograd) run 3x3
+// stride-1 convs with outputs of 14x14 or more as our own Winograd F(2x2, 3x3) on the NHWC
+// buffers (src/backend/cpu/winograd_f23_bf16.h; conv_own_winograd_bf16_allowed), bias,
+// residual sum and ReLU fused into its output transform, under the same conditions.
 // Activation layout (CpuActivationLayout, rn50/inference.h): NHWC, or for f32 where oneDNN's
 // convs run faster on it (CPUs without AVX-512) the blocked nChw8c, the input image then NCHW
 // (the stem's jit:avx2 kernel reads it) and every value whose channel count is a multiple of 8
@@ -48,6 +52,7 @@
 #include <unordered_map>
 
 #include "backend/cpu/conv_algo.h"
+#include "backend/cpu/winograd_f23_bf16.h"
 #include "backend/cpu/winograd_f43.h"
 #include "core/check.h"
 #include "core/fake_quant.h"
@@ -547,6 +552,39 @@ class CpuEngine final : public InferenceEngine {
             plan->steps.push_back(std::move(st));
             continue;
           }
+          const onednn::WinogradF23Bf16::Shape ws2{n, c.in_channels, c.out_channels, oshape[1],
+                                                   oshape[2]};
+          if (!q && act_ == dt::bf16 && !blocked_ && c.kernel == 3 && c.stride == 1 &&
+              c.pad == 1 && !observer_ && !batch_invariant_ &&
+              onednn::WinogradF23Bf16::worthwhile(ws2) &&
+              onednn::conv_own_winograd_bf16_allowed(
+                  {c.in_channels, c.out_channels, 3, 1, oshape[1] * oshape[2]})) {
+            // Our own bf16 Winograd on the NHWC buffers (file comment), bias, residual sum and
+            // ReLU in its output transform, U from the f32 weights rounded once.
+            auto& u = wino_bf16_weights_[nd.op];
+            if (!u) {
+              auto t = std::make_shared<std::vector<uint16_t>>(
+                  onednn::WinogradF23Bf16::weight_elems(ws2));
+              onednn::WinogradF23Bf16::transform_weights_into(
+                  cw.data_as<const float>(), ws2.c, ws2.k,
+                  onednn::WinogradF23Bf16::WeightOrder::oihw, t->data());
+              u = std::move(t);
+            }
+            auto conv = std::make_shared<onednn::WinogradF23Bf16>(
+                eng_, ws2, onednn::WinogradF23Bf16::Epilogue{bias, op.relu, nd.res >= 0});
+            const memory u_m({{16, ws2.c, ws2.k}, dt::bf16, tag::abc}, eng_,
+                             const_cast<uint16_t*>(u->data()));
+            st.custom = [conv, u, x = ptr(nd.in), y = ptr(nd.out)] {
+              conv->run(u->data(), reinterpret_cast<const uint16_t*>(x),
+                        reinterpret_cast<uint16_t*>(y));
+            };
+            st.args = {{DNNL_ARG_SRC, src_m},
+                       {DNNL_ARG_WEIGHTS, u_m},
+                       {DNNL_ARG_BIAS, memory(b_md, eng_, const_cast<float*>(bias))},
+                       {DNNL_ARG_DST, dst_m}};
+            plan->steps.push_back(std::move(st));
+            continue;
+          }
           if (!wino) pd = dnnl::convolution_forward::primitive_desc(conv_desc(false), attr, eng_);
           st.prim = dnnl::convolution_forward(pd);
           const memory w =
@@ -692,6 +730,8 @@ class CpuEngine final : public InferenceEngine {
   bool blocked_;
   /// Our own Winograd's transformed weights by program op (file comment), for every plan.
   std::map<int, std::shared_ptr<const std::vector<float>>> wino_weights_;
+  /// The same for the bf16 Winograd F(2x2, 3x3) (16 x C x K bf16).
+  std::map<int, std::shared_ptr<const std::vector<uint16_t>>> wino_bf16_weights_;
   dnnl::engine eng_;
   dnnl::stream strm_;
   std::mutex mu_;

@@ -193,14 +193,19 @@ bool takes(const Conv2dParams& p, const Tensor& act, const Tensor& w, const Tens
 
 /// The bf16 case of conv_as_own_winograd (fwd, bwd_data) and conv_bwd_weights_as_own_winograd
 /// (bwd_weights: act x, w dw, out dy): 3x3, stride 1, pad 1, bf16 NHWC activations of equal
-/// size, the op's fit (C and K multiples of 16) and the policy for the output size.
+/// size, WinogradF23Bf16::worthwhile (C and K multiples of 16, enough tiles per thread; under
+/// policy `matmul`, which the tests use on small shapes, ::fits) and the policy for the output
+/// size.
 bool takes_bf16(ConvDir dir, const Conv2dParams& p, const Tensor& act, const Tensor& w,
                 const Tensor& out) {
-  return w.ndim() == 4 && w.h() == 3 && w.w() == 3 &&
-         p.stride == 1 && p.pad == 1 && act.ndim() == 4 && out.ndim() == 4 &&
+  if (act.ndim() != 4 || out.ndim() != 4) return false;
+  const WinogradF23Bf16::Shape shape = bf16_shape_of(dir, act, out);
+  return w.ndim() == 4 && w.h() == 3 && w.w() == 3 && p.stride == 1 && p.pad == 1 &&
          act.dtype() == DType::bf16 && w.dtype() == DType::bf16 && out.dtype() == DType::bf16 &&
          act.layout() == Layout::NHWC && out.layout() == Layout::NHWC && act.h() == out.h() &&
-         act.w() == out.w() && WinogradF23Bf16::fits(bf16_shape_of(dir, act, out)) &&
+         act.w() == out.w() &&
+         (conv_algo() == ConvAlgo::matmul ? WinogradF23Bf16::fits(shape)
+                                          : WinogradF23Bf16::worthwhile(shape)) &&
          conv_own_winograd_bf16_allowed(ConvShapeInfo{act.c(), out.c(), 3, 1, out.h() * out.w()});
 }
 

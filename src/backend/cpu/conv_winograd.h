@@ -16,8 +16,9 @@ namespace rn50::onednn {
 /// runs as our Winograd: 3x3, stride 1, pad 1, both activations 4-D NHWC; in f32 as F(4x4,
 /// 3x3) when C and K are multiples of 8, conv_own_winograd_allowed (conv_algo.h) and
 /// WinogradF43Conv::worthwhile for the shape the direction computes; in bf16 as F(2x2, 3x3)
-/// (winograd_f23_bf16.h) when WinogradF23Bf16::fits (C and K multiples of 16) and
-/// conv_own_winograd_bf16_allowed. Never for bwd_weights (conv_bwd_weights_as_own_winograd).
+/// (winograd_f23_bf16.h) when conv_own_winograd_bf16_allowed and WinogradF23Bf16::worthwhile
+/// (C and K multiples of 16, enough tiles per thread; under policy `matmul` only ::fits). Never
+/// for bwd_weights (conv_bwd_weights_as_own_winograd).
 bool conv_as_own_winograd(ConvDir dir, const Conv2dParams& p, const Tensor& act, const Tensor& w,
                           const Tensor& out);
 

@@ -68,6 +68,14 @@ bool WinogradF23Bf16::fits(const Shape& s) {
          s.h > 0 && s.w > 0;
 }
 
+// bench_micro's BM_Conv3x3TrainBf16 forward at batch 1 on 2 threads (oneDNN direct / ours with
+// its per-call weight transform, ms, medians of 5): 64 ch at 56x56 (392 tiles per thread)
+// 0.527 / 0.431, 128 at 28x28 (98) 0.509 / 0.558, 256 at 14x14 (25) 0.562 / 1.59: with few
+// tiles per chunk every chunk's matmul reads all of U for a few rows.
+bool WinogradF23Bf16::worthwhile(const Shape& s) {
+  return fits(s) && tiles(s) >= kMinTilesPerThread * std::max(1, omp_get_max_threads());
+}
+
 int64_t WinogradF23Bf16::tiles(const Shape& s) { return s.n * ((s.h + 1) / 2) * ((s.w + 1) / 2); }
 
 // bench_micro's BM_Conv3x3TrainBf16/own:1 at batch 32 on a 2-core AVX-512 EPYC (L2 1 MiB per
@@ -86,8 +94,13 @@ int64_t WinogradF23Bf16::chunk_tiles(const Shape& s) {
 }
 
 // G (4x3) of F(2x2, 3x3): rows (1 0 0), (1/2 1/2 1/2), (1/2 -1/2 1/2), (0 0 1).
-void WinogradF23Bf16::transform_weights_into(const uint16_t* w, int64_t c, int64_t k,
-                                             WeightOrder order, uint16_t* u) {
+namespace {
+
+/// transform_weights_into for weights of type T (bf16 bits or f32).
+template <class T>
+void transform_weights(const T* w, int64_t c, int64_t k, WinogradF23Bf16::WeightOrder order,
+                       uint16_t* u) {
+  using WeightOrder = WinogradF23Bf16::WeightOrder;
   const bool bwd = order == WeightOrder::oihw_bwd_data || order == WeightOrder::ohwi_bwd_data;
   const bool ohwi = order == WeightOrder::ohwi || order == WeightOrder::ohwi_bwd_data;
   // Blocks of 16 output channels (32 bytes of U per (xi, ci)). One output channel at a time
@@ -117,6 +130,18 @@ void WinogradF23Bf16::transform_weights_into(const uint16_t* w, int64_t c, int64
                     static_cast<size_t>(nl) * sizeof(uint16_t));
     }
   });
+}
+
+}  // namespace
+
+void WinogradF23Bf16::transform_weights_into(const uint16_t* w, int64_t c, int64_t k,
+                                             WeightOrder order, uint16_t* u) {
+  transform_weights(w, c, k, order, u);
+}
+
+void WinogradF23Bf16::transform_weights_into(const float* w, int64_t c, int64_t k,
+                                             WeightOrder order, uint16_t* u) {
+  transform_weights(w, c, k, order, u);
 }
 
 void WinogradF23Bf16::transform_input_tiles(const Shape& s, const uint16_t* x, int64_t p0,
@@ -229,6 +254,7 @@ void WinogradF23Bf16::weight_grad_from_products(const float* m, int64_t c, int64
 
 struct WinogradF23Bf16::Impl {
   Shape s;
+  Epilogue ep;
   int64_t th = 0, tw = 0, p = 0, chunk = 0;
   int nthr = 1;
   dnnl::engine eng;
@@ -239,8 +265,9 @@ struct WinogradF23Bf16::Impl {
   std::vector<std::vector<float>> m;
 
 #if RN50_WINO_BF16
-  /// M (16, rows, K) f32 of tiles [p0, p0 + rows) into y: A^T m A, rounded once to bf16, the
-  /// pixels outside the image (odd H or W) not written. A^T's rows: (1 1 1 0), (0 1 -1 -1).
+  /// M (16, rows, K) f32 of tiles [p0, p0 + rows) into y: A^T m A with ep's bias, residual
+  /// and ReLU, rounded once to bf16, the pixels outside the image (odd H or W) not written.
+  /// A^T's rows: (1 1 1 0), (0 1 -1 -1).
   void output_transform(const float* mb, int64_t p0, int64_t rows, uint16_t* y) const {
     const int64_t K = s.k, pos = rows * K;
     for (int64_t r = 0; r < rows; ++r) {
@@ -259,10 +286,18 @@ struct WinogradF23Bf16::Impl {
           t1[0][j] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
           t1[1][j] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
         }
+        const __m512 b = ep.bias ? _mm512_loadu_ps(ep.bias + k0) : _mm512_setzero_ps();
+        // + bias (+ y) then ReLU, rounded once.
+        auto finish = [&](uint16_t* at, __m512 v) {
+          v = _mm512_add_ps(v, b);
+          if (ep.accumulate) v = _mm512_add_ps(v, load16(at));
+          if (ep.relu) v = _mm512_maskz_max_ps(0xffff, v, _mm512_setzero_ps());
+          store16(at, v);
+        };
         for (int i = 0; i < oh; ++i) {  // (A^T m) A: along row i
           uint16_t* yr = yt + i * s.w * K + k0;
-          store16(yr, _mm512_add_ps(_mm512_add_ps(t1[i][0], t1[i][1]), t1[i][2]));
-          if (ow == 2) store16(yr + K, _mm512_sub_ps(_mm512_sub_ps(t1[i][1], t1[i][2]), t1[i][3]));
+          finish(yr, _mm512_add_ps(_mm512_add_ps(t1[i][0], t1[i][1]), t1[i][2]));
+          if (ow == 2) finish(yr + K, _mm512_sub_ps(_mm512_sub_ps(t1[i][1], t1[i][2]), t1[i][3]));
         }
       }
     }
@@ -270,7 +305,7 @@ struct WinogradF23Bf16::Impl {
 #endif
 };
 
-WinogradF23Bf16::WinogradF23Bf16(const dnnl::engine& eng, const Shape& s)
+WinogradF23Bf16::WinogradF23Bf16(const dnnl::engine& eng, const Shape& s, const Epilogue& ep)
     : impl_(std::make_unique<Impl>()) {
   RN50_CHECK(fits(s),
              "winograd bf16: needs a build with AVX-512 BF16, channels in multiples of 16 (C {}, "
@@ -278,6 +313,7 @@ WinogradF23Bf16::WinogradF23Bf16(const dnnl::engine& eng, const Shape& s)
              s.c, s.k);
   Impl& im = *impl_;
   im.s = s;
+  im.ep = ep;
   im.eng = eng;
   im.th = (s.h + 1) / 2;
   im.tw = (s.w + 1) / 2;
@@ -291,6 +327,9 @@ WinogradF23Bf16::WinogradF23Bf16(const dnnl::engine& eng, const Shape& s)
   im.v.assign(threads, std::vector<uint16_t>(static_cast<size_t>(16 * im.chunk * s.c)));
   im.m.assign(threads, std::vector<float>(static_cast<size_t>(16 * im.chunk * s.k)));
 }
+
+WinogradF23Bf16::WinogradF23Bf16(const dnnl::engine& eng, const Shape& s)
+    : WinogradF23Bf16(eng, s, Epilogue{}) {}
 
 WinogradF23Bf16::~WinogradF23Bf16() = default;
 

@@ -49,6 +49,11 @@ class WinogradF23Bf16 {
   static bool built();
   /// Whether the op takes `s`: built, C and K multiples of 16, a non-empty image.
   static bool fits(const Shape& s);
+  /// Whether the op is expected to beat oneDNN's direct bf16 kernel for `s` with this process's
+  /// OpenMP threads: fits(s) and at least kMinTilesPerThread tiles per thread (see the
+  /// definition for the measurements; the output-size rule is conv_own_winograd_bf16_allowed's).
+  static bool worthwhile(const Shape& s);
+  static constexpr int64_t kMinTilesPerThread = 128;
   /// 2x2 output tiles of the layer: N x ceil(H / 2) x ceil(W / 2).
   static int64_t tiles(const Shape& s);
   /// Tiles per chunk with this process's OpenMP threads: each thread's even share of the
@@ -66,6 +71,9 @@ class WinogradF23Bf16 {
   /// (c, k, 3, 3) tensor, transposed and rotated: W'[ci][ko][r][q] = W[ko][ci][2-r][2-q]).
   /// OpenMP over k.
   static void transform_weights_into(const uint16_t* w, int64_t c, int64_t k, WeightOrder order,
+                                     uint16_t* u);
+  /// The same from f32 weights (the inference engine's, BN folded in): U rounded once.
+  static void transform_weights_into(const float* w, int64_t c, int64_t k, WeightOrder order,
                                      uint16_t* u);
 
   /// The input transform of tiles [p0, p0 + rows) of x (N, H, W, C) bf16 NHWC: V = B^T d B of
@@ -88,14 +96,25 @@ class WinogradF23Bf16 {
   static void weight_grad_from_products(const float* m, int64_t c, int64_t k, WeightOrder order,
                                         uint16_t* dw);
 
-  /// Builds the matmul primitives and per-thread buffers for `s`. Throws rn50::Error when
-  /// !fits(s), dnnl::error when oneDNN cannot build the matmul.
+  /// What the output transform adds before its rounding (the inference engine's fused conv):
+  /// y = ReLU?(conv + bias (+ y)).
+  struct Epilogue {
+    const float* bias = nullptr;  ///< K f32 values read at run time, or nullptr: none
+    bool relu = false;
+    bool accumulate = false;  ///< add y's previous contents (the residual) before the ReLU
+  };
+
+  /// Builds the matmul primitives and per-thread buffers for `s` with epilogue `ep` (none
+  /// without it). Throws rn50::Error when !fits(s), dnnl::error when oneDNN cannot build the
+  /// matmul.
+  WinogradF23Bf16(const dnnl::engine& eng, const Shape& s, const Epilogue& ep);
   WinogradF23Bf16(const dnnl::engine& eng, const Shape& s);
   ~WinogradF23Bf16();
   WinogradF23Bf16(const WinogradF23Bf16&) = delete;
   WinogradF23Bf16& operator=(const WinogradF23Bf16&) = delete;
 
-  /// y (overwritten) from x with the transformed weights u (layouts above). Runs its own OpenMP
+  /// y (overwritten, or added to with Epilogue::accumulate) from x with the transformed
+  /// weights u (layouts above). Runs its own OpenMP
   /// parallel region; not re-entrant (the per-thread buffers are the object's).
   void run(const uint16_t* u, const uint16_t* x, uint16_t* y);
 
