@@ -530,6 +530,15 @@ class CpuEngine final : public InferenceEngine {
                      static_cast<double>(c.in_channels * c.kernel * c.kernel);
           // An f32 conv of a QAT engine (the stem, above) computes with its trained weights.
           const Tensor cw = qat && !q ? fake_quantized(op.weight, *plan) : op.weight;
+          // A conv our own Winograd runs (st.custom set) into the plan, its arguments naming the
+          // transformed weights `u_m` (Step: for the observer and the traffic).
+          auto push_own = [&](const memory& u_m) {
+            st.args = {{DNNL_ARG_SRC, src_m},
+                       {DNNL_ARG_WEIGHTS, u_m},
+                       {DNNL_ARG_BIAS, memory(b_md, eng_, const_cast<float*>(bias))},
+                       {DNNL_ARG_DST, dst_m}};
+            plan->steps.push_back(std::move(st));
+          };
           const onednn::WinogradF43Conv::Shape ws{n, c.in_channels, c.out_channels,
                                                   oshape[1], oshape[2]};
           if (!wino && !q && blocked_ && c.kernel == 3 && c.stride == 1 && c.pad == 1 &&
@@ -545,11 +554,7 @@ class CpuEngine final : public InferenceEngine {
             const memory u_m({{36, ws.c, ws.k}, dt::f32, tag::abc}, eng_,
                              const_cast<float*>(u->data()));
             st.custom = [conv, x = ptr(nd.in), y = ptr(nd.out)] { conv->run(x, y); };
-            st.args = {{DNNL_ARG_SRC, src_m},
-                       {DNNL_ARG_WEIGHTS, u_m},
-                       {DNNL_ARG_BIAS, memory(b_md, eng_, const_cast<float*>(bias))},
-                       {DNNL_ARG_DST, dst_m}};
-            plan->steps.push_back(std::move(st));
+            push_own(u_m);
             continue;
           }
           const onednn::WinogradF23Bf16::Shape ws2{n, c.in_channels, c.out_channels, oshape[1],
@@ -578,11 +583,7 @@ class CpuEngine final : public InferenceEngine {
               conv->run(u->data(), reinterpret_cast<const uint16_t*>(x),
                         reinterpret_cast<uint16_t*>(y));
             };
-            st.args = {{DNNL_ARG_SRC, src_m},
-                       {DNNL_ARG_WEIGHTS, u_m},
-                       {DNNL_ARG_BIAS, memory(b_md, eng_, const_cast<float*>(bias))},
-                       {DNNL_ARG_DST, dst_m}};
-            plan->steps.push_back(std::move(st));
+            push_own(u_m);
             continue;
           }
           if (!wino) pd = dnnl::convolution_forward::primitive_desc(conv_desc(false), attr, eng_);
