@@ -221,9 +221,9 @@ ConvAlgo conv_algo() {
     return -1;
   }();
   RN50_CHECK(from_env >= 0,
-             "environment variable RN50_CONV_ALGO is '{}': use auto (Winograd for f32 3x3 "
-             "stride-1 convolutions, the backward of 1x1 convolutions as matmuls in bf16 on AMX "
-             "CPUs), winograd (the same), direct (oneDNN's direct convolution only) or matmul (as "
+             "environment variable RN50_CONV_ALGO is '{}': use auto (Winograd for 3x3 stride-1 "
+             "convolutions in f32, and in bf16 on CPUs with AVX-512 BF16 and no AMX, the "
+             "backward of 1x1 convolutions as matmuls in bf16 on AMX CPUs), winograd (the same), direct (oneDNN's direct convolution only) or matmul (as "
              "auto, and 1x1 convolutions as matmuls in every direction and precision)",
              std::getenv("RN50_CONV_ALGO"));
   return static_cast<ConvAlgo>(from_env);
