@@ -27,8 +27,8 @@ namespace rn50::onednn {
 /// caches.
 ///   x: (N, C, H, W) bf16 NHWC;  y: (N, K, H, W) bf16 NHWC;  C and K multiples of 16.
 ///   u: (16, C, K) bf16 from transform_weights_into.
-/// 4 multiply-adds of the direct conv's 9 per output pair remain in the products (2.25x
-/// fewer). Rounding: the transformed operands are rounded to bf16, so the relative RMS error
+/// 4 multiply-adds of the direct conv's 9 per output remain in the products (16 per 2x2 tile
+/// and input channel; 2.25x fewer). Rounding: the transformed operands are rounded to bf16, so the relative RMS error
 /// of an output is about twice the direct bf16 conv's (3.6-3.8e-3 against 1.7e-3 of float64 at
 /// ResNet-50's 7x7 to 28x28 shapes, random post-ReLU inputs, Kaiming weights; F(4x4, 3x3)'s
 /// larger transforms gave 1.6-2.1e-2 and are not used in bf16). Not batch invariant: a chunk
@@ -53,6 +53,7 @@ class WinogradF23Bf16 {
   /// OpenMP threads: fits(s) and at least kMinTilesPerThread tiles per thread (see the
   /// definition for the measurements; the output-size rule is conv_own_winograd_bf16_allowed's).
   static bool worthwhile(const Shape& s);
+  /// Fewest tiles per thread worthwhile asks for.
   static constexpr int64_t kMinTilesPerThread = 128;
   /// 2x2 output tiles of the layer: N x ceil(H / 2) x ceil(W / 2).
   static int64_t tiles(const Shape& s);
