@@ -6,7 +6,8 @@
 # epoch's difference must be within two standard errors.
 #   bench/convergence.sh OUT_DIR [IMAGE_ROOT]        (default ../shared/data/imagenette)
 # Environment: SEEDS ("0 1 2"), EPOCHS (5), ARCH (resnet18), CROP (128), BATCH (64),
-# WARMUP (1), WORKERS (2), BUILD_DIR (build), PEER, PYTHON (/usr/bin/python3).
+# WARMUP (1), WORKERS (2), BUILD_DIR (build), PEER, PYTHON (/usr/bin/python3), PRECISION (fp32;
+# bf16: rn50 --amp --amp-dtype bf16 against torch's bf16 autocast, --precision bf16).
 # rn50 runs with --exact-decode, so that both systems see torchvision's pixels (the crops and
 # their order still come from each system's own random generator). About an hour on a 2-core
 # machine with the defaults; logs and per-epoch JSON go to OUT_DIR.
@@ -16,7 +17,12 @@ cd "$(dirname "$0")/.."
 OUT=$1; DATA=${2:-../shared/data/imagenette}
 SEEDS=${SEEDS:-0 1 2}; EPOCHS=${EPOCHS:-5}; ARCH=${ARCH:-resnet18}; CROP=${CROP:-128}
 BATCH=${BATCH:-64}; WARMUP=${WARMUP:-1}; WORKERS=${WORKERS:-2}
-RESIZE=$(( CROP * 256 / 224 ))
+RESIZE=$(( CROP * 256 / 224 )); PREC=${PRECISION:-fp32}
+case "$PREC" in
+  fp32) RN50_PREC=() ;;
+  bf16) RN50_PREC=(--amp --amp-dtype bf16) ;;
+  *) echo "convergence.sh: PRECISION=$PREC: use fp32 or bf16" >&2; exit 2 ;;
+esac
 RN50=${BUILD_DIR:-build}/rn50
 PEER=${PEER:-../shared/peers/torch_reference.py}
 PY=${PYTHON:-/usr/bin/python3}
@@ -27,16 +33,18 @@ for s in $SEEDS; do
   echo "convergence.sh: seed $s: rn50"
   "$RN50" train --image-root "$DATA" --arch "$ARCH" --epochs "$EPOCHS" --warmup-epochs "$WARMUP" \
     --batch-size "$BATCH" --crop-size "$CROP" --resize-short "$RESIZE" --workers "$WORKERS" \
-    --seed "$s" --exact-decode --save-interval 0 --report-file "$OUT/rn50_seed$s.jsonl" \
+    --seed "$s" --exact-decode --save-interval 0 "${RN50_PREC[@]}" \
+    --report-file "$OUT/rn50_seed$s.jsonl" \
     > "$OUT/rn50_seed$s.log" 2>&1
   echo "convergence.sh: seed $s: torch"
   "$PY" "$PEER" --data "$DATA" --arch "$ARCH" --epochs "$EPOCHS" --warmup-epochs "$WARMUP" \
     --batch-size "$BATCH" --crop-size "$CROP" --resize-short "$RESIZE" --workers "$WORKERS" \
-    --seed "$s" --channels-last > "$OUT/torch_seed$s.jsonl" 2> "$OUT/torch_seed$s.log"
+    --seed "$s" --channels-last --precision "$PREC" > "$OUT/torch_seed$s.jsonl" \
+    2> "$OUT/torch_seed$s.log"
 done
-"$PY" - "$OUT" $SEEDS <<'PYEOF'
+"$PY" - "$OUT" "$PREC" $SEEDS <<'PYEOF'
 import json, math, statistics, sys
-out, seeds = sys.argv[1], sys.argv[2:]
+out, prec, seeds = sys.argv[1], sys.argv[2], sys.argv[3:]
 def rn50(s):
     rows = [json.loads(l) for l in open(f"{out}/rn50_seed{s}.jsonl")]
     return {r["epoch"]: r["val.top1"] for r in rows if r.get("type") == "epoch" and "val.top1" in r}
@@ -49,7 +57,7 @@ if not epochs:
     sys.exit("convergence.sh: no epoch has val top-1 from every run")
 n = len(seeds)
 sd = lambda v: statistics.stdev(v) if len(v) > 1 else float("nan")
-print(f"val top-1 (%) over {n} seeds ({' '.join(seeds)})")
+print(f"{prec}: val top-1 (%) over {n} seeds ({' '.join(seeds)})")
 print("| epoch | rn50 mean | rn50 sd | torch mean | torch sd | diff (rn50 - torch) | std error |")
 print("|---|---|---|---|---|---|---|")
 for e in epochs:

@@ -142,8 +142,9 @@ Exec make_wgrad_matmul(OnednnBackend& be, int64_t positions, memory::data_type d
 /// (16 positions).
 struct WgradEntry : CacheEntry {
   WinogradF43Conv::Shape s;
-  bool bf16 = false;
-  int64_t positions = 36, elem = 4;  ///< positions of a transformed tile, bytes of an element
+  bool bf16 = false;  ///< F(2x2, 3x3) in bf16, else F(4x4, 3x3) in f32
+  int64_t positions() const { return bf16 ? 16 : 36; }  ///< of a transformed tile
+  int64_t elem() const { return bf16 ? 2 : 4; }         ///< bytes of a V or Z element
   int64_t tiles = 0, chunk = 0, chunks = 0, tail = 0;
   Exec mm_first, mm, mm_tail;
 };
@@ -161,18 +162,16 @@ WgradEntry& wgrad_entry_for(OnednnBackend& be, const Tensor& x, const Tensor& dy
     e->s = shape_of(ConvDir::fwd, x, dy);
     const WinogradF43Conv::Shape& s = e->s;
     e->bf16 = x.dtype() == DType::bf16;
-    e->positions = e->bf16 ? 16 : 36;
-    e->elem = e->bf16 ? 2 : 4;
     e->tiles = e->bf16 ? WinogradF23Bf16::tiles(bf16_shape_of(ConvDir::fwd, x, dy))
                        : WinogradF43Conv::tiles(s);
-    const int64_t row_bytes = e->positions * (s.c + s.k) * e->elem;
+    const int64_t row_bytes = e->positions() * (s.c + s.k) * e->elem();
     const int64_t most = std::max<int64_t>(g_wgrad_chunk_override ? 1 : kWgradMinChunkTiles,
                                            static_cast<int64_t>(chunk_bytes) / row_bytes);
     e->chunks = (e->tiles + most - 1) / most;
     e->chunk = (e->tiles + e->chunks - 1) / e->chunks;  // even chunks, the last no longer
     e->tail = e->tiles - (e->chunks - 1) * e->chunk;
     const auto dt = e->bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-    const int64_t P = e->positions;
+    const int64_t P = e->positions();
     e->mm_first = make_wgrad_matmul(be, P, dt, s.c, s.k, e->chunk, false);
     if (e->chunks > 1) e->mm = make_wgrad_matmul(be, P, dt, s.c, s.k, e->chunk, true);
     if (e->tail != e->chunk) e->mm_tail = make_wgrad_matmul(be, P, dt, s.c, s.k, e->tail, true);
@@ -270,15 +269,15 @@ void conv_bwd_weights_own_winograd(OnednnBackend& be, const Conv2dParams&, const
   WgradEntry& e = wgrad_entry_for(be, x, dy, dw);
   const WinogradF43Conv::Shape& s = e.s;
   const WinogradF23Bf16::Shape s2{s.n, s.c, s.k, s.h, s.w};
-  const auto m_bytes = static_cast<size_t>(e.positions * s.c * s.k) * sizeof(float);
+  const auto m_bytes = static_cast<size_t>(e.positions() * s.c * s.k) * sizeof(float);
   auto* m = static_cast<float*>(be.scratch(kScratchWeights, m_bytes));
-  void* v = be.scratch(kScratchAct0, static_cast<size_t>(e.positions * e.chunk * s.c * e.elem));
-  void* z = be.scratch(kScratchAct1, static_cast<size_t>(e.positions * e.chunk * s.k * e.elem));
+  void* v = be.scratch(kScratchAct0, static_cast<size_t>(e.positions() * e.chunk * s.c * e.elem()));
+  void* z = be.scratch(kScratchAct1, static_cast<size_t>(e.positions() * e.chunk * s.k * e.elem()));
   for (int64_t ch = 0; ch < e.chunks; ++ch) {
     const int64_t p0 = ch * e.chunk, rows = ch + 1 == e.chunks ? e.tail : e.chunk;
     {
       OpProfiler::Scope timed(
-          kWinoWgradTiles, 0, static_cast<double>(e.positions * rows * (s.c + s.k) * e.elem),
+          kWinoWgradTiles, 0, static_cast<double>(e.positions() * rows * (s.c + s.k) * e.elem()),
           nullptr);
 #pragma omp parallel
       {  // each thread its share of the chunk's tiles
