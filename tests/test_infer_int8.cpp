@@ -1,8 +1,9 @@
 // INT8 inference on the CPU (rn50/inference.h, infer/quantize.h): the quantization of weights
 // and activations equals a numpy reference bit for bit (ties included); calibration is
 // deterministic and its percentile is the exact percentile within one histogram bin; the INT8
-// engine's logits stay close to fp32's and differ from them; the calibration survives the
-// model.json round trip; concurrent calls agree; an uncalibrated model is refused by name.
+// engine's logits stay close to fp32's and differ from them, its float ops in f32 and in bf16;
+// the calibration survives the model.json round trip; concurrent calls agree; an uncalibrated
+// model is refused by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "backend/cpu/conv_algo.h"
 #include "core/fileio.h"
 #include "core/safetensors.h"
 #include "infer/quantize.h"
@@ -184,31 +186,54 @@ TEST(InferInt8, CalibrationIsDeterministicAndPercentileIsExactToOneBin) {
 }
 
 TEST(InferInt8, LogitsCloseToFp32AndNotEqual) {
+  // The float ops (stem, max pool, fc) in f32, and in bf16 where the CPU has it natively (the
+  // engine's default there): bf16 adds little to the 8-bit codes' error.
+  const bool native_bf16 = onednn::infer_int8_float_ops_bf16();
+  struct Reset {
+    ~Reset() { onednn::set_infer_int8_float_ops_bf16(std::nullopt); }
+  } reset;
   for (const char* arch : {"resnet18", "resnet50"}) {
     const InferenceProgram p = random_program(arch, 10, 41);
     const Tensor x = random_images(4, 64, 7);
     const InferenceProgram q = calibrated(p, "max", {x, random_images(4, 64, 8)});
-    EngineOptions o;
-    o.precision = "int8";
-    auto e8 = make_inference_engine(q, o);
-    EXPECT_EQ(e8->precision(), "int8");
     const Tensor want = make_inference_engine(p)->run(x);
-    const Tensor got = e8->run(x);
-    ASSERT_EQ(got.shape(), want.shape());
-    const double rel = rel_l2(got, want);
-    // 8-bit codes (relative step 1/127 to 1/255 of each tensor's range) over 20 / 53 layers.
-    EXPECT_LT(rel, 0.15) << arch << ": relative L2 error of int8 logits";
-    EXPECT_GT(rel, 1e-4) << arch << ": int8 logits equal fp32's: int8 is not in use";
-    std::printf("%s int8 vs fp32 logits: relative L2 error %.4f\n", arch, rel);
-    // NHWC input gives the same codes as NCHW.
-    Tensor xh = Tensor::empty(x.shape(), DType::f32, Layout::NHWC);
-    const int64_t hw = 64 * 64;
-    for (int64_t n = 0; n < 4; ++n)
-      for (int64_t c = 0; c < 3; ++c)
-        for (int64_t i = 0; i < hw; ++i)
-          xh.data_as<float>()[(n * hw + i) * 3 + c] = x.data_as<float>()[(n * 3 + c) * hw + i];
-    const Tensor gh = e8->run(xh);
-    EXPECT_EQ(std::memcmp(gh.data(), got.data(), got.nbytes()), 0) << arch;
+    double rel_f32 = 0;
+    Tensor got_f32;
+    for (bool bf16 : {false, true}) {
+      if (bf16 && !native_bf16) continue;
+      onednn::set_infer_int8_float_ops_bf16(bf16);
+      EngineOptions o;
+      o.precision = "int8";
+      auto e8 = make_inference_engine(q, o);
+      EXPECT_EQ(e8->precision(), "int8");
+      const Tensor got = e8->run(x);
+      ASSERT_EQ(got.shape(), want.shape());
+      const double rel = rel_l2(got, want);
+      const char* fl = bf16 ? "bf16" : "f32";
+      // 8-bit codes (relative step 1/127 to 1/255 of each tensor's range) over 20 / 53 layers.
+      EXPECT_LT(rel, 0.15) << arch << " (float ops " << fl << "): relative L2 error";
+      EXPECT_GT(rel, 1e-4) << arch << ": int8 logits equal fp32's: int8 is not in use";
+      std::printf("%s int8 (float ops %s) vs fp32 logits: relative L2 error %.4f\n", arch, fl,
+                  rel);
+      if (bf16) {
+        // bf16's 8-bit significand on the stem (whose output is then quantized to 8 bits) and
+        // the fc: a small share of the error, and the path in use (other logits).
+        EXPECT_LT(rel, 1.5 * rel_f32 + 0.005) << arch << ": bf16 float ops cost accuracy";
+        EXPECT_NE(std::memcmp(got.data(), got_f32.data(), got.nbytes()), 0) << arch;
+      } else {
+        rel_f32 = rel;
+        got_f32 = got;
+      }
+      // NHWC input gives the same codes as NCHW.
+      Tensor xh = Tensor::empty(x.shape(), DType::f32, Layout::NHWC);
+      const int64_t hw = 64 * 64;
+      for (int64_t n = 0; n < 4; ++n)
+        for (int64_t c = 0; c < 3; ++c)
+          for (int64_t i = 0; i < hw; ++i)
+            xh.data_as<float>()[(n * hw + i) * 3 + c] = x.data_as<float>()[(n * 3 + c) * hw + i];
+      const Tensor gh = e8->run(xh);
+      EXPECT_EQ(std::memcmp(gh.data(), got.data(), got.nbytes()), 0) << arch << " " << fl;
+    }
   }
 }
 

@@ -263,12 +263,16 @@ struct EngineOptions {
   /// activations u8 (values after a ReLU) or s8 (the downsample convs' outputs) with per-tensor
   /// scales absmax / 255 or absmax / 127, s32 accumulation, the folded bias, residual sum and
   /// ReLU applied in f32 in the epilogue, rounding to nearest even with saturation. The stem conv
-  /// (3 input channels, 2% of the FLOPs), the global average pool and the fc stay f32.
+  /// (3 input channels, 3% of the FLOPs), its max pool, the global average pool and the fc stay
+  /// float: the stem, max pool and fc in bf16 where the CPU has native bf16 (AVX-512 BF16 or
+  /// AMX; the stem's output is then quantized to u8, the pooled features rounded once for the
+  /// fc; onednn::infer_int8_float_ops_bf16), else f32; the average pool in f32.
   /// Ranges learnt by QAT (InferenceProgram::qat_ranges): the training grid instead, u8 values
   /// with scale absmax / 127 too, every 8-bit value's codes clamped to [-127, 127] (a clip
   /// post-op in place of the ReLU; the maxpool output is quantized through s8, which saturates
-  /// at 127). The network input and the fc input, fake-quantized in QAT training, stay f32 here
-  /// (as the stem conv and fc they feed; the fc and stem weights are not fake-quantized either).
+  /// at 127), and as in training the stem conv reads the input quantized on its learnt grid (in
+  /// INT8, or in f32 on the grid where oneDNN would halve an s8-source conv's weights) and the
+  /// fc reads its input on its grid with its weights fake-quantized per output channel, in f32.
   std::string precision;
   /// Profiling (rn50/profile.h): the device engine runs its ops through the profiling backend
   /// (each op timed and synchronised, no CUDA graph) so that an active OpProfiler sees them.

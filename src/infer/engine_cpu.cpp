@@ -11,7 +11,9 @@
 //   fc              inner_product_forward with bias
 //   int8            the same convs with u8/s8 src and dst, s8 weights (per-channel scales),
 //                   output scales and a sum post-op whose scale and data type are the shortcut's;
-//                   reorders quantize the stem's f32 output and dequantize the last block's.
+//                   reorders quantize the stem's output and dequantize the last block's. A
+//                   calibrated model's float ops (stem, max pool, fc) run in bf16 where the CPU
+//                   has native bf16 (onednn::infer_int8_float_ops_bf16), else in f32.
 //                   QAT ranges: every activation scale absmax / 127, the ReLU replaced by
 //                   eltwise_clip [0, 127] (codes; [-127, 127] without ReLU) and f32 -> u8 done
 //                   as f32 -> s8 -> u8, so codes stop at 127 as in fake_quant.h
@@ -239,8 +241,13 @@ class CpuEngine final : public InferenceEngine {
     std::vector<dt> vdt(shape.size(), act_);
     std::vector<float> scale(shape.size(), 1.f);  // int8 values: real = q * scale
     std::vector<bool> nonneg(shape.size(), false);
+    // The data type of the ops an INT8 engine keeps in floating point (the stem conv, its max
+    // pool, the fc): bf16 where the CPU computes it natively and the ranges were calibrated
+    // (onednn::infer_int8_float_ops_bf16), else f32.
+    const dt flt =
+        !int8 ? act_ : !qat && onednn::infer_int8_float_ops_bf16() ? dt::bf16 : dt::f32;
     shape[0] = {3, h, w};
-    vdt[0] = int8 ? dt::f32 : act_;
+    vdt[0] = flt;
     auto add_value = [&](int like, dt d, float sc) {
       shape.push_back(shape[static_cast<size_t>(like)]);
       vdt.push_back(d);
@@ -286,7 +293,7 @@ class CpuEngine final : public InferenceEngine {
         c = add_value(v, dt::u8, sc);
         nodes.push_back({-1, s8, -1, c});
       } else {
-        c = add_value(v, d, d == dt::f32 ? 1.f : sc);
+        c = add_value(v, d, d == dt::f32 || d == dt::bf16 ? 1.f : sc);
         nodes.push_back({-1, v, -1, c});
       }
       copies.emplace(key, c);
@@ -322,7 +329,7 @@ class CpuEngine final : public InferenceEngine {
             scale[out] = quant::activation_scale(absmax_of(out, op.name), op.relu, qat);
           } else {
             nd.res = op.residual;
-            vdt[out] = int8 ? dt::f32 : act_;
+            vdt[out] = flt;
           }
           break;
         }
@@ -345,6 +352,8 @@ class CpuEngine final : public InferenceEngine {
           // QAT: the fc's input on its trained grid (quantized, then dequantized for the f32 fc,
           // whose weights are fake-quantized per output channel below), as in training.
           if (qat) nd.in = as(as(op.input, dt::s8), dt::f32);
+          // bf16 float ops: the pooled f32 features rounded once for a bf16 fc.
+          if (int8 && flt == dt::bf16) nd.in = as(op.input, dt::bf16);
           vdt[out] = dt::f32;  // the logits
           break;
       }
@@ -444,15 +453,19 @@ class CpuEngine final : public InferenceEngine {
       memory src_m(src, eng_, ptr(nd.in)), dst_m(dst, eng_, ptr(nd.out));
       const float s_in = scale[static_cast<size_t>(nd.in)],
                   s_out = scale[static_cast<size_t>(nd.out)];
-      if (nd.op < 0) {  // quantize (f32 -> u8/s8: x / s_out), dequantize (q * s_in) or convert
-        const bool to_f32 = vdt[static_cast<size_t>(nd.out)] == dt::f32;
-        const bool from_f32 = vdt[static_cast<size_t>(nd.in)] == dt::f32;
+      if (nd.op < 0) {
+        // quantize (f32/bf16 -> u8/s8: x / s_out), dequantize (q * s_in), codes into codes
+        // (s8 -> u8, same scale) or floats into floats (f32 -> bf16)
+        auto is_code = [&](int v) {
+          const dt d = vdt[static_cast<size_t>(v)];
+          return d == dt::u8 || d == dt::s8;
+        };
         dnnl::primitive_attr attr;
-        if (to_f32)
+        if (is_code(nd.in) && !is_code(nd.out))
           attr.set_output_scales(0, {s_in});
-        else if (from_f32)
+        else if (!is_code(nd.in) && is_code(nd.out))
           attr = quant::quantize_attr({s_out}, 0);
-        else  // codes into codes of the same scale (s8 -> u8)
+        else if (is_code(nd.in))
           RN50_CHECK(s_in == s_out, "inference: int8 conversion between scales");
         dnnl::reorder::primitive_desc pd(eng_, src, eng_, dst, attr);
         st.prim = dnnl::reorder(pd);
@@ -467,7 +480,7 @@ class CpuEngine final : public InferenceEngine {
           const bool q = vdt[static_cast<size_t>(nd.in)] == dt::u8 ||
                          vdt[static_cast<size_t>(nd.in)] == dt::s8;
           const memory::dims wd{c.out_channels, c.in_channels, c.kernel, c.kernel};
-          const memory::desc w_any(wd, q ? dt::s8 : act_, tag::any),
+          const memory::desc w_any(wd, q ? dt::s8 : vdt[static_cast<size_t>(nd.in)], tag::any),
               b_md({c.out_channels}, dt::f32, tag::x);
           // Winograd (see the file comment): f32, 3x3, stride 1, pad 1, no residual sum, not
           // while calibrating (the observer reads each step's destination as NHWC).

@@ -97,4 +97,16 @@ bool conv_own_winograd_bf16_allowed(const ConvShapeInfo& s);
 /// engine was the one measured level with ONNX Runtime.
 bool infer_blocked_activations_preferred();
 
+/// Whether the CPU inference engine's INT8 engine runs the ops a calibrated model keeps in
+/// floating point (the stem conv reading the image, its max pool and the fc; rn50/inference.h)
+/// in bf16 rather than f32: where oneDNN has native bf16 kernels (AVX-512 BF16 or AMX; see the
+/// definition for the measurement). Their outputs are quantized to 8 bits (the stem's) or are
+/// the logits, accumulated in f32 either way. Models with QAT ranges keep f32 (the trained grid).
+/// set_infer_int8_float_ops_bf16 overrides the CPU's answer.
+bool infer_int8_float_ops_bf16();
+/// Overrides infer_int8_float_ops_bf16 for the engines built after the call (tests: both paths
+/// on one CPU; true where oneDNN has no native bf16 runs its slower emulation or fails to build
+/// the plan); std::nullopt hands the choice back to the CPU.
+void set_infer_int8_float_ops_bf16(std::optional<bool> bf16);
+
 }  // namespace rn50::onednn
