@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "backend/cpu/conv_algo.h"
 #include "rn50/backend.h"
 #include "rn50/error.h"
 #include "rn50/inference.h"
@@ -49,6 +50,15 @@ inline std::map<std::string, Tensor> randomise_bn(ResNet& model, uint64_t seed,
   model.load_state_dict(sd);
   return sd;
 }
+
+/// For its lifetime, INT8 CPU engines built run their float ops (stem, max pool, fc) in bf16
+/// or f32 as asked (onednn::set_infer_int8_float_ops_bf16); the CPU decides again afterwards.
+struct Int8FloatOps {
+  explicit Int8FloatOps(bool bf16) { onednn::set_infer_int8_float_ops_bf16(bf16); }
+  ~Int8FloatOps() { onednn::set_infer_int8_float_ops_bf16(std::nullopt); }
+  Int8FloatOps(const Int8FloatOps&) = delete;
+  Int8FloatOps& operator=(const Int8FloatOps&) = delete;
+};
 
 /// ||got - want|| / ||want|| over two host f32 tensors of the same size.
 inline double rel_l2(const Tensor& got, const Tensor& want) {

@@ -13,7 +13,6 @@
 #include <random>
 #include <thread>
 
-#include "backend/cpu/conv_algo.h"
 #include "core/fileio.h"
 #include "core/safetensors.h"
 #include "infer/quantize.h"
@@ -189,9 +188,6 @@ TEST(InferInt8, LogitsCloseToFp32AndNotEqual) {
   // The float ops (stem, max pool, fc) in f32, and in bf16 where the CPU has it natively (the
   // engine's default there): bf16 adds little to the 8-bit codes' error.
   const bool native_bf16 = onednn::infer_int8_float_ops_bf16();
-  struct Reset {
-    ~Reset() { onednn::set_infer_int8_float_ops_bf16(std::nullopt); }
-  } reset;
   for (const char* arch : {"resnet18", "resnet50"}) {
     const InferenceProgram p = random_program(arch, 10, 41);
     const Tensor x = random_images(4, 64, 7);
@@ -201,7 +197,7 @@ TEST(InferInt8, LogitsCloseToFp32AndNotEqual) {
     Tensor got_f32;
     for (bool bf16 : {false, true}) {
       if (bf16 && !native_bf16) continue;
-      onednn::set_infer_int8_float_ops_bf16(bf16);
+      const Int8FloatOps float_ops(bf16);
       EngineOptions o;
       o.precision = "int8";
       auto e8 = make_inference_engine(q, o);

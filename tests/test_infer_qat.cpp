@@ -22,7 +22,6 @@
 #include <random>
 #include <tuple>
 
-#include "backend/cpu/conv_algo.h"
 #include "core/fake_quant.h"
 #include "core/fileio.h"
 #include "core/safetensors.h"
@@ -359,12 +358,8 @@ TEST(InferQat, EngineQuantizesOnTheTrainingGrid) {
     // clamp does not decide them, and matches its own reference: the reference is not just the
     // engine. (The reference computes the float ops in f32, which the engine does with
     // calibrated ranges only where the CPU has no native bf16: f32 asked for here.)
-    struct F32FloatOps {
-      F32FloatOps() { onednn::set_infer_int8_float_ops_bf16(false); }
-      ~F32FloatOps() { onednn::set_infer_int8_float_ops_bf16(std::nullopt); }
-    };
     const Tensor cal = [&] {
-      F32FloatOps f32;
+      const Int8FloatOps f32(false);
       return make_inference_engine(ptq, o)->run(x);
     }();
     EXPECT_LT(agreement(cal, ref).first, ref.numel() * 3 / 4);

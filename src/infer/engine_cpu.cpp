@@ -102,6 +102,11 @@ struct Step {
   Traffic traffic;                    ///< set when the plan is built (traffic_of)
 };
 
+/// Whether a value of type `d` holds 8-bit codes (u8 or s8) rather than floats.
+bool is_int8(memory::data_type d) {
+  return d == memory::data_type::u8 || d == memory::data_type::s8;
+}
+
 /// A step's traffic, computed once per plan so that the profiled loop adds no host time
 /// between its ops.
 Traffic traffic_of(const Step& s) {
@@ -112,9 +117,7 @@ Traffic traffic_of(const Step& s) {
   const auto src = s.args.find(DNNL_ARG_SRC);
   const memory::data_type d =
       src == s.args.end() ? memory::data_type::f32 : src->second.get_desc().data_type();
-  t.precision = d == memory::data_type::u8 || d == memory::data_type::s8 ? "int8"
-                : d == memory::data_type::bf16                          ? "bf16"
-                                                                        : "fp32";
+  t.precision = is_int8(d) ? "int8" : d == memory::data_type::bf16 ? "bf16" : "fp32";
   return t;
 }
 
@@ -271,8 +274,7 @@ class CpuEngine final : public InferenceEngine {
     std::map<std::pair<int, int>, int> copies;  // (value, data type) -> its converted copy
     auto as = [&](int v, dt want) {
       const dt have = vdt[static_cast<size_t>(v)];
-      const bool have_int = have == dt::u8 || have == dt::s8;
-      if (want == dt::s8 && have_int) return v;  // any int8 value feeds an INT8 conv
+      if (want == dt::s8 && is_int8(have)) return v;  // any int8 value feeds an INT8 conv
       if (want == have) return v;
       auto key = std::make_pair(v, static_cast<int>(want));
       auto it = copies.find(key);
@@ -456,16 +458,14 @@ class CpuEngine final : public InferenceEngine {
       if (nd.op < 0) {
         // quantize (f32/bf16 -> u8/s8: x / s_out), dequantize (q * s_in), codes into codes
         // (s8 -> u8, same scale) or floats into floats (f32 -> bf16)
-        auto is_code = [&](int v) {
-          const dt d = vdt[static_cast<size_t>(v)];
-          return d == dt::u8 || d == dt::s8;
-        };
+        const bool from_codes = is_int8(vdt[static_cast<size_t>(nd.in)]),
+                   to_codes = is_int8(vdt[static_cast<size_t>(nd.out)]);
         dnnl::primitive_attr attr;
-        if (is_code(nd.in) && !is_code(nd.out))
+        if (from_codes && !to_codes)
           attr.set_output_scales(0, {s_in});
-        else if (!is_code(nd.in) && is_code(nd.out))
+        else if (!from_codes && to_codes)
           attr = quant::quantize_attr({s_out}, 0);
-        else if (is_code(nd.in))
+        else if (from_codes)
           RN50_CHECK(s_in == s_out, "inference: int8 conversion between scales");
         dnnl::reorder::primitive_desc pd(eng_, src, eng_, dst, attr);
         st.prim = dnnl::reorder(pd);
@@ -477,10 +477,10 @@ class CpuEngine final : public InferenceEngine {
       switch (op.kind) {
         case InferOp::Kind::conv: {
           const ConvSpec& c = op.conv;
-          const bool q = vdt[static_cast<size_t>(nd.in)] == dt::u8 ||
-                         vdt[static_cast<size_t>(nd.in)] == dt::s8;
+          const dt in_dt = vdt[static_cast<size_t>(nd.in)];
+          const bool q = is_int8(in_dt);
           const memory::dims wd{c.out_channels, c.in_channels, c.kernel, c.kernel};
-          const memory::desc w_any(wd, q ? dt::s8 : vdt[static_cast<size_t>(nd.in)], tag::any),
+          const memory::desc w_any(wd, q ? dt::s8 : in_dt, tag::any),
               b_md({c.out_channels}, dt::f32, tag::x);
           // Winograd (see the file comment): f32, 3x3, stride 1, pad 1, no residual sum, not
           // while calibrating (the observer reads each step's destination as NHWC).

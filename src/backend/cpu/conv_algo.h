@@ -97,7 +97,7 @@ bool conv_own_winograd_bf16_allowed(const ConvShapeInfo& s);
 /// engine was the one measured level with ONNX Runtime.
 bool infer_blocked_activations_preferred();
 
-/// Whether the CPU inference engine's INT8 engine runs the ops a calibrated model keeps in
+/// Whether the CPU inference engine at --precision int8 runs the ops a calibrated model keeps in
 /// floating point (the stem conv reading the image, its max pool and the fc; rn50/inference.h)
 /// in bf16 rather than f32: where oneDNN has native bf16 kernels (AVX-512 BF16 or AMX; see the
 /// definition for the measurement). Their outputs are quantized to 8 bits (the stem's) or are
