@@ -181,21 +181,24 @@ inline constexpr const char* kOnnxFile = "model.onnx";
 /// checker refuses the model, on an I/O error, or when this build has no ONNX support
 /// (onnx_export_available() is false).
 ///
-/// int8 = true (needs program.value_absmax): a QDQ model (TensorRT's explicit-quantization
-/// form, as pytorch-quantization exports QAT ResNets) quantizing what the INT8 engine
-/// quantizes. Every value the engine stores in 8 bits (each output of a conv but the stem, and
-/// the maxpool output those convs read) goes through QuantizeLinear -> DequantizeLinear right
-/// after it is computed, and every reader (the next convs, the residual Add, the average pool)
-/// reads the DequantizeLinear output; per tensor, int8 with zero point 0 and scale
-/// absmax / 127 (TensorRT takes int8 only). For QAT ranges (qat_ranges) that is exactly the
-/// grid the network trained on and the INT8 engine runs; for calibrated ranges the engine
-/// stores the ReLU outputs as u8 with step absmax / 255, so the ONNX is one bit coarser there.
-/// Each of those convs reads its weight as an int8 initializer "<conv>.weight_quantized"
-/// through DequantizeLinear with per-output-channel scales "<conv>.weight_scale" (axis 0,
-/// max |W_k| / 127 of the folded weight, quant::weight_scales; codes rounded to nearest even
-/// as the engine's) and int8 zero points; the bias stays float. The stem conv, the average pool
-/// and the fc stay float, as in the engine (metadata_props "int8": a description;
-/// "calibration": model.info.calibration.method).
+/// int8 = true (needs program.value_absmax): a QDQ model (TensorRT's explicit-quantization form, as
+/// pytorch-quantization exports QAT ResNets) quantizing what the INT8 engine quantizes. Every value
+/// the engine stores in 8 bits (each output of a conv but, with calibrated ranges, the stem, and
+/// the maxpool output the convs read) goes through QuantizeLinear -> DequantizeLinear right after
+/// it is computed, and every reader (the next convs, the residual Add, the average pool) reads the
+/// DequantizeLinear output; per tensor, int8 with zero point 0 and scale absmax / 127 (TensorRT
+/// takes int8 only). For QAT ranges (qat_ranges) that is exactly the grid the network trained on
+/// and the INT8 engine runs; for calibrated ranges the engine stores the ReLU outputs as u8 with
+/// step absmax / 255, so the ONNX is one bit coarser there. Each of those convs reads its weight as
+/// an int8 initializer "<conv>.weight_quantized" through DequantizeLinear with per-output-channel
+/// scales "<conv>.weight_scale" (axis 0, max |W_k| / 127 of the folded weight,
+/// quant::weight_scales; codes rounded to nearest even as the engine's) and int8 zero points; the
+/// bias stays float. For calibrated ranges the stem conv, the average pool and the fc stay float,
+/// as in the engine. For QAT ranges, as the engine runs them on the trained grid, the network input
+/// and the fc's input (the pooled features) go through QuantizeLinear -> DequantizeLinear too and
+/// the stem conv and the fc read int8 weights in the same way; the average pool stays float.
+/// metadata_props "int8": a description; "calibration": model.info.calibration.method ("qat" for
+/// QAT ranges).
 void save_onnx_model(const InferenceModel& model, const std::string& path, bool int8 = false);
 
 /// `rn50 export`: fold a trained model and write it for inference.
@@ -398,9 +401,10 @@ struct InferAccuracy {
 };
 
 /// Classifies every image of <image_root>/val (eval transform: resize_short, center crop;
-/// normalised with `norm`; exact_decode as LoaderOptions) in batches of `batch` with `engine`; writes one "path<TAB>label<TAB>top1"
-/// line per image to `predictions_file` when it is not empty (atomically). Throws rn50::Error
-/// naming the folder when it holds no images, or the file on an I/O error.
+/// normalised with `norm`; exact_decode as LoaderOptions) in batches of `batch` with `engine`;
+/// writes one "path<TAB>label<TAB>top1" line per image to `predictions_file` when it is not
+/// empty (atomically). Throws rn50::Error naming the folder when it holds no images, or the file
+/// on an I/O error.
 InferAccuracy measure_accuracy(InferenceEngine& engine, const std::string& image_root,
                                int resize_short, int crop, int batch,
                                const std::string& predictions_file = "",

@@ -166,8 +166,8 @@ class ResNet {
   void add_batches_tracked(int64_t delta);
 
   /// Host copies of parameters and buffers keyed by torchvision names (f32; num_batches_tracked
-  /// as i64), in torchvision's state_dict order. A QAT model appends its activation ranges (f32 [1] each:
-  /// qat::amax_key, state_key, accum_key per quantizer, in layer order).
+  /// as i64), in torchvision's state_dict order. A QAT model appends its activation ranges (f32
+  /// [1] each: qat::amax_key, state_key, accum_key per quantizer, in layer order).
   std::vector<std::pair<std::string, Tensor>> state_dict();
   /// Loads names present in `sd` (host tensors, f32/i64, shapes must match). strict: every param
   /// and running buffer must be present (num_batches_tracked optional). QAT ranges load into a

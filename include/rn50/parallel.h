@@ -1,7 +1,8 @@
 // rn50: data-parallel training across processes. A Communicator sums tensors across all ranks:
 // "single" (one process, no-ops), "mpi" (OpenMPI; host tensors; also the bootstrap of NCCL),
-// "nccl" (CUDA tensors, the unique id broadcast over MPI; without MPI, 1 process only). Rank, world size and local rank come
-// from the launcher's environment (OpenMPI's mpirun or Slurm's srun). One GPU per local rank.
+// "nccl" (CUDA tensors, the unique id broadcast over MPI; without MPI, 1 process only). Rank,
+// world size and local rank come from the launcher's environment (OpenMPI's mpirun or Slurm's
+// srun). One GPU per local rank.
 //
 // Gradient averaging (DLE / torch DDP): each rank's loss gradient is scaled by 1/world_size, so a
 // SUM allreduce of the gradients yields their mean over the global batch. BatchNorm statistics
