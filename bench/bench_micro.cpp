@@ -343,7 +343,7 @@ void BM_Conv3x3InferF32(benchmark::State& state) {
   memory wm;
   if (state.range(0)) {
     wino = std::make_unique<onednn::WinogradF43Conv>(
-        eng, onednn::WinogradF43Conv::Shape{N, s.C, s.K, s.H, s.H},
+        onednn::WinogradF43Conv::Shape{N, s.C, s.K, s.H, s.H},
         onednn::WinogradF43Conv::transform_weights(w.data_as<const float>(), s.C, s.K),
         b.data_as<const float>(), true, false);
     run = [&] { wino->run(x.data_as<const float>(), y.data_as<float>()); };

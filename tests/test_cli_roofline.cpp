@@ -226,8 +226,13 @@ TEST(CliRoofline, BenchInferRooflineAndProfile) {
     expect_profile_sums(p);
     const json* conv = op_row(p, "conv fwd (bias, add, relu fused)");
     ASSERT_NE(conv, nullptr) << p.dump();
-    EXPECT_DOUBLE_EQ((*conv)["calls_per_step"].get<double>(), 20);
     EXPECT_GT((*conv)["gflops"].get<double>(), 0);
+    // ResNet-18's 20 convs: oneDNN's, and on CPUs without AVX-512 the 3x3 stride-1 ones our
+    // Winograd takes, in a row of their own.
+    double convs = 0;
+    for (const json& o : p["ops"])
+      if (o["family"] == "conv" && o["phase"] == "fwd") convs += o["calls_per_step"].get<double>();
+    EXPECT_DOUBLE_EQ(convs, 20) << p.dump();
     EXPECT_NE(op_row(p, "reorder input (f32 -> engine layout)"), nullptr);
   }
   EXPECT_EQ(prof[1]["batch_size"], 2);

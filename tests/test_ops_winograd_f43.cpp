@@ -5,7 +5,7 @@
 //    ReLU and the residual sum (Y's previous contents added before the ReLU), in one chunk, in
 //    many chunks with a shorter last one (set_winograd_chunk_tiles), and with the output
 //    channels split over the threads;
-//  * the transformed weights equal G g G^T on a hand-checked kernel;
+//  * the transformed weights equal G g G^T on a hand-checked kernel, panel-packed;
 //  * the policy (worthwhile) and the errors for channel counts it cannot take.
 #include <gtest/gtest.h>
 
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backend/cpu/conv_winograd.h"
+#include "backend/cpu/gemm_f32_panels.h"
 #include "backend/cpu/winograd_f43.h"
 #include "op_backend_fixture.h"
 #include "rn50/backend.h"
@@ -68,6 +69,7 @@ struct Case {
   const char* name;
   Shape s;
   std::optional<int64_t> chunk;  ///< tiles per chunk (set_winograd_chunk_tiles)
+  int threads = 2;               ///< OpenMP threads (the work split follows them)
 };
 
 const Case kCases[] = {
@@ -77,6 +79,10 @@ const Case kCases[] = {
     {"chunks of 5 tiles, shorter last", {3, 24, 32, 13, 13}, 5},
     {"chunks of 1 tile", {2, 8, 8, 6, 5}, 1},
     {"few tiles: output channels in 2 parts", {1, 16, 128, 6, 7}, std::nullopt},
+    {"24 output channels: a panel of 16 and one of 8", {2, 8, 24, 5, 6}, std::nullopt},
+    {"chunks of 14 tiles: blocks of 6 rows and one of 2", {3, 16, 48, 9, 10}, std::nullopt},
+    {"2 chunks, each in 4 output-channel parts (8 threads)", {4, 8, 256, 20, 20}, std::nullopt,
+     8},
 };
 
 /// Sets the OpenMP threads for one scope (the work split depends on them), then restores them.
@@ -100,17 +106,25 @@ struct ChunkScope {
 };
 
 TEST(WinogradF43, EqualsTheNaiveConvolution) {
-  const ThreadsScope two(2);
-  // 4 tiles on 2 threads: one chunk, its 128 output channels in 2 parts of 64.
-  const WinogradF43Conv::Split parts = WinogradF43Conv::split(kCases[5].s);
-  EXPECT_EQ(parts.chunk_tiles, 4);
-  EXPECT_EQ(parts.k_parts, 2);
-  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  static_assert(std::size(kCases) == 9, "kCases[5] and kCases[8] are the split cases below");
+  {
+    const ThreadsScope two(2);
+    // 4 tiles on 2 threads: one chunk, its 128 output channels in 2 parts of 64.
+    const WinogradF43Conv::Split parts = WinogradF43Conv::split(kCases[5].s);
+    EXPECT_EQ(parts.chunk_tiles, 4);
+    EXPECT_EQ(parts.k_parts, 2);
+    const ThreadsScope eight(8);
+    // 100 tiles on 8 threads: 2 chunks of 64 and 36 tiles, each transformed by the whole team.
+    const WinogradF43Conv::Split eights = WinogradF43Conv::split(kCases[8].s);
+    EXPECT_EQ(eights.chunk_tiles, 64);
+    EXPECT_EQ(eights.k_parts, 4);
+  }
   std::mt19937 rng(7);
   auto random = [&](size_t size) { return uniform_floats(rng, size); };
   for (const Case& cs : kCases)
     for (const bool relu : {false, true})
       for (const bool accumulate : {false, true}) {
+        const ThreadsScope threads(cs.threads);
         const ChunkScope scope(cs.chunk);
         const Shape& s = cs.s;
         const std::string what = std::string(cs.name) + (relu ? ", relu" : "") +
@@ -121,7 +135,7 @@ TEST(WinogradF43, EqualsTheNaiveConvolution) {
         const auto y0 = random(static_cast<size_t>(s.n * s.k * s.h * s.w));
         const auto want = reference(s, x, w, b, y0, relu, accumulate);
         std::vector<float> y = y0;
-        WinogradF43Conv conv(eng, s, WinogradF43Conv::transform_weights(w.data(), s.c, s.k),
+        WinogradF43Conv conv(s, WinogradF43Conv::transform_weights(w.data(), s.c, s.k),
                              b.data(), relu, accumulate);
         conv.run(x.data(), y.data());
         double scale = 0;
@@ -147,16 +161,28 @@ TEST(WinogradF43, TransformedWeightsAreGgGt) {
   EXPECT_FLOAT_EQ((*u)[0 * 6 + 5], 3.f / 4);
   EXPECT_FLOAT_EQ((*u)[5 * 6 + 5], 9.f);
   EXPECT_FLOAT_EQ((*u)[1 * 6 + 1], 45.f / 36);
+  // With 2 input and 24 output channels, g as the kernel from input 1 to output 17 (the
+  // 8-wide second panel) and zeros elsewhere: U[xi] is panel-packed (gemm_f32_panels.h).
+  const int64_t C = 2, K = 24;
+  std::vector<float> w(static_cast<size_t>(K * C * 9), 0.f);
+  std::copy(g.begin(), g.end(), w.begin() + (17 * C + 1) * 9);
+  const auto up = WinogradF43Conv::transform_weights(w.data(), C, K);
+  for (int xi = 0; xi < 36; ++xi)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t k = 0; k < K; ++k) {
+        const float want = c == 1 && k == 17 ? (*u)[static_cast<size_t>(xi)] : 0.f;
+        ASSERT_FLOAT_EQ((*up)[static_cast<size_t>(xi * C * K + panel_offset(c, k, C, K))], want)
+            << "position " << xi << ", c " << c << ", k " << k;
+      }
 }
 
 TEST(WinogradF43, PolicyAndErrors) {
   // Channel counts that are not multiples of 8 are never taken, and refused when forced.
   EXPECT_FALSE(WinogradF43Conv::worthwhile({32, 12, 16, 56, 56}));
-  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   const Shape bad{1, 12, 16, 8, 8};
   const std::vector<float> w(12 * 16 * 9, 0.f), b(16, 0.f);
   try {
-    WinogradF43Conv conv(eng, bad, WinogradF43Conv::transform_weights(w.data(), 12, 16),
+    WinogradF43Conv conv(bad, WinogradF43Conv::transform_weights(w.data(), 12, 16),
                          b.data(), false, false);
     ADD_FAILURE() << "12 channels accepted";
   } catch (const Error& e) {
@@ -164,10 +190,11 @@ TEST(WinogradF43, PolicyAndErrors) {
   }
   // Transformed weights of another layer's size are refused.
   const auto small = WinogradF43Conv::transform_weights(w.data(), 8, 8);
-  EXPECT_THROW(WinogradF43Conv(eng, {1, 16, 16, 8, 8}, small, b.data(), false, false), Error);
+  EXPECT_THROW(WinogradF43Conv({1, 16, 16, 8, 8}, small, b.data(), false, false), Error);
   // With 2 threads (the machine the rule was measured on): ResNet-50's batch-32 stride-1 3x3
   // convs have chunks of 64 tiles and are all taken; one image's 64- to 256-channel convs too,
-  // but not its 512-channel 7x7 ones (4 tiles reading 38 MiB of transformed weights).
+  // but not its 512-channel 7x7 ones (4 tiles reading 38 MiB of transformed weights); two
+  // images' are (8 tiles in each of 2 output-channel parts).
   const ThreadsScope two(2);
   for (const int64_t c : {64, 128, 256, 512}) {
     const int64_t hw = 56 * 64 / c;
@@ -175,6 +202,7 @@ TEST(WinogradF43, PolicyAndErrors) {
     EXPECT_EQ(WinogradF43Conv::split({32, c, c, hw, hw}).chunk_tiles, c == 128 ? 61 : 64) << c;
     EXPECT_TRUE(WinogradF43Conv::worthwhile({32, c, c, hw, hw})) << c;
     EXPECT_EQ(WinogradF43Conv::worthwhile({1, c, c, hw, hw}), c <= 256) << c;
+    EXPECT_TRUE(WinogradF43Conv::worthwhile({2, c, c, hw, hw})) << c;
   }
   EXPECT_EQ(WinogradF43Conv::split({1, 128, 128, 28, 28}).chunk_tiles, 25);
   // One 64-channel 56x56 image: 196 tiles as 2 chunks of 49 per thread (not 64, 64, 64, 4);

@@ -25,8 +25,9 @@
 // such convs share. Not while calibrating int8 (the observer reads NHWC destinations), nor
 // for a batch-invariant engine (EngineOptions::batch_invariant: rn50 serve). Where oneDNN has no
 // Winograd (CPUs without AVX-512), the blocked engine runs such convs (a residual sum allowed)
-// as our own Winograd F(4x4, 3x3) on oneDNN's batched matmul straight on the nChw8c buffers
-// (src/backend/cpu/winograd_f43.h) where it has enough tiles to win, under the same conditions.
+// as our own Winograd F(4x4, 3x3), its products in our own panel GEMM, straight on the nChw8c
+// buffers (src/backend/cpu/winograd_f43.h) where it has enough tiles to win, under the same
+// conditions; such convs have a profile row of their own.
 // bf16 engines on CPUs with AVX-512 BF16 and no AMX (oneDNN 2.6 has no bf16 Winograd) run 3x3
 // stride-1 convs with outputs of 14x14 or more as our own Winograd F(2x2, 3x3) on the NHWC
 // buffers (src/backend/cpu/winograd_f23_bf16.h; conv_own_winograd_bf16_allowed), bias,
@@ -75,6 +76,8 @@ using dt = memory::data_type;
 // and the logits' copy out.
 constexpr ProfileOp kLoadInput{"reorder input (f32 -> engine layout)", "reorder", "-"};
 constexpr ProfileOp kConvOp{"conv fwd (bias, add, relu fused)", "conv", "fwd"};
+constexpr ProfileOp kOwnWinoConvOp{"conv fwd, own winograd (bias, add, relu fused)", "conv",
+                                   "fwd"};
 constexpr ProfileOp kMaxpoolOp{"maxpool fwd", "pool", "fwd"};
 constexpr ProfileOp kAvgpoolOp{"global avgpool fwd", "pool", "fwd"};
 constexpr ProfileOp kFcOp{"linear fwd", "linear", "fwd"};
@@ -562,11 +565,12 @@ class CpuEngine final : public InferenceEngine {
             auto& u = wino_weights_[nd.op];
             if (!u) u = onednn::WinogradF43Conv::transform_weights(cw.data_as<const float>(),
                                                                    ws.c, ws.k);
-            auto conv = std::make_shared<onednn::WinogradF43Conv>(eng_, ws, u, bias, op.relu,
+            auto conv = std::make_shared<onednn::WinogradF43Conv>(ws, u, bias, op.relu,
                                                                   nd.res >= 0);
             const memory u_m({{36, ws.c, ws.k}, dt::f32, tag::abc}, eng_,
                              const_cast<float*>(u->data()));
             st.custom = [conv, x = ptr(nd.in), y = ptr(nd.out)] { conv->run(x, y); };
+            st.op = &kOwnWinoConvOp;
             push_own(u_m);
             continue;
           }
@@ -596,6 +600,7 @@ class CpuEngine final : public InferenceEngine {
               conv->run(u->data(), reinterpret_cast<const uint16_t*>(x),
                         reinterpret_cast<uint16_t*>(y));
             };
+            st.op = &kOwnWinoConvOp;
             push_own(u_m);
             continue;
           }

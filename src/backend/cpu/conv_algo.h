@@ -20,8 +20,9 @@ namespace rn50::onednn {
 ///    or fewer as im2col + matmuls on AMX CPUs (1.5-4x the direct kernel; conv_im2col.cpp), and
 ///    the f32 weight gradient of every KxK NHWC conv as im2col + matmuls on CPUs without
 ///    AVX-512 (1.3-2.1x oneDNN's jit:avx2 kernel at ResNet-50's shapes; no Winograd there), and
-///    there f32 3x3 stride-1 NHWC convs as our own Winograd F(4x4, 3x3) on oneDNN's batched
-///    matmul (conv_winograd.cpp) where it has enough tiles, in all three directions (the weight
+///    there f32 3x3 stride-1 NHWC convs as our own Winograd F(4x4, 3x3) (conv_winograd.cpp;
+///    forward and backward data on our panel GEMM, the weight gradient's products on oneDNN's
+///    batched matmul) where it has enough tiles, in all three directions (the weight
 ///    gradient then not as im2col), and on CPUs with AVX-512 BF16 but no AMX the bf16 weight
 ///    gradient of NHWC convs with outputs of 7x7 pixels or fewer (and some 1x1s) as our own
 ///    GEMM (1.1-1.4x oneDNN's kernels there; conv_wgrad_bf16.h), and there bf16 3x3 stride-1

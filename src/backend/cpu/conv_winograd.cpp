@@ -73,7 +73,7 @@ WinoEntry& entry_for(OnednnBackend& be, ConvDir dir, const Tensor& act, const Te
     auto r = std::make_unique<WinoEntry>();
     const WinogradF43Conv::Shape s = shape_of(dir, act, out);
     r->u = std::make_shared<std::vector<float>>(WinogradF43Conv::weight_bytes(s) / sizeof(float));
-    r->conv = std::make_unique<WinogradF43Conv>(be.engine(), s, r->u, nullptr, false, false);
+    r->conv = std::make_unique<WinogradF43Conv>(s, r->u, nullptr, false, false);
     return r;
   });
 }

@@ -1,6 +1,6 @@
-// rn50: an f32 3x3 stride-1 pad-1 convolution as Winograd F(4x4, 3x3) on oneDNN's batched matmul,
-// for CPUs where oneDNN has no Winograd kernel (see winograd_f43.cpp), and the transforms of
-// its weight gradient (the driver: conv_winograd.cpp).
+// rn50: an f32 3x3 stride-1 pad-1 convolution as Winograd F(4x4, 3x3) with its products in our
+// own panel GEMM (gemm_f32_panels.h), for CPUs where oneDNN has no Winograd kernel (see
+// winograd_f43.cpp), and the transforms of its weight gradient (the driver: conv_winograd.cpp).
 #pragma once
 
 #include <cstddef>
@@ -20,9 +20,9 @@ namespace rn50::onednn {
 /// independent products M[xi] (P x K) = V[xi] (P x C) . U[xi] (C x K), one per position xi of
 /// the 6x6 transformed tile, and each tile's output is A^T m A. The tiles are taken in chunks
 /// (at most kMaxChunkTiles, spread over the OpenMP threads): each thread transforms its chunk's
-/// inputs into its own V, runs the 36 products as one oneDNN batched matmul on one core, and
-/// transforms the products straight into Y with the bias, the residual sum and the ReLU, so V
-/// and M stay in the thread's caches.
+/// inputs into its V, runs the 36 products on its core (gemm_f32_panels, U read in place), and
+/// transforms the products straight into Y with the bias, the residual sum and the ReLU; V
+/// and M are the thread's scratch, shared by every such conv, so they stay in its caches.
 ///   X: (N, C, H, W) f32 nChw8c;  Y: (N, K, H, W) f32 nChw8c;  C and K multiples of 8
 ///   (or both NHWC: Shape::nhwc).
 ///   W: (K, C, 3, 3) f32 OIHW;    b: (K) f32.
@@ -30,7 +30,7 @@ namespace rn50::onednn {
 /// the price of the transforms' memory traffic and of U (36 x C x K floats, 4x W's size), which
 /// every chunk reads: worthwhile with enough tiles per weight (worthwhile()). Rounding differs
 /// from the direct sum (relative error ~1e-6..1e-5 of the outputs at ResNet-50's shapes).
-/// Not batch invariant: a chunk mixes images, and the matmul's kernel may follow its rows.
+/// Not batch invariant: a chunk mixes images, and the chunks follow the batch size.
 class WinogradF43Conv {
  public:
   /// The layer: N images of C channels, H x W pixels in and out, K output channels.
@@ -43,30 +43,36 @@ class WinogradF43Conv {
   /// W transposed and rotated: W'[c][k][r][q] = W[k][c][2 - r][2 - q].
   enum class WeightOrder { oihw, ohwi, oihw_bwd_data, ohwi_bwd_data };
   /// Most tiles per chunk: V and M of a 512-channel chunk are 4.5 MiB each; the prototype of
-  /// this op (oneDNN 2.6 gemm:jit, AVX2) ran 64-tile chunks 1.2-1.35x faster than one
+  /// this op (on oneDNN 2.6's gemm:jit, AVX2) ran 64-tile chunks 1.2-1.35x faster than one
   /// whole-tensor product at ResNet-50's 128- and 256-channel shapes, batch 32.
   static constexpr int64_t kMaxChunkTiles = 64;
 
   /// The transformed weights of W (K, C, 3, 3) f32 OIHW: U (36, C, K) f32, U[xi] = G g G^T at
-  /// 6x6 position xi for every (c, k). Shared by the plans of every batch size of one layer.
+  /// 6x6 position xi for every (c, k), each U[xi] (C x K, at xi x C x K) panel-packed as the
+  /// products read it (gemm_f32_panels.h: panel_offset). Shared by the plans of every batch
+  /// size of one layer.
   static std::shared_ptr<const std::vector<float>> transform_weights(const float* w, int64_t c,
                                                                      int64_t k);
-  /// U (36, c, k) f32 of the conv with c input and k output channels into `u`, from `w` read
-  /// as `order` says (for the *_bwd_data orders w is the forward conv's (c, k, 3, 3) tensor,
-  /// the forward conv's output channels being this conv's inputs). OpenMP over k.
+  /// U (36, c, k) f32 (panel-packed as above) of the conv with c input and k output channels
+  /// into `u`, from `w` read as `order` says (for the *_bwd_data orders w is the forward conv's
+  /// (c, k, 3, 3) tensor, the forward conv's output channels being this conv's inputs). OpenMP
+  /// over k.
   static void transform_weights_into(const float* w, int64_t c, int64_t k, WeightOrder order,
                                      float* u);
 
   /// The input transform of tiles [p0, p0 + rows) of x (N, C, H, W, nChw8c or NHWC as s says):
   /// V = B^T d B of each tile's 6x6 input d (zero outside the image) into v, the row of tile
-  /// p0 + r at position xi being v[(xi * ld + r) * C ...] (ld >= rows rows per position).
+  /// p0 + r at position xi being v[(xi * ld + r) * C ...] (ld >= rows rows per position), or
+  /// with `pos_stride` (floats, at least ld x C; not with may_stream) v[xi * pos_stride + r * C
+  /// ...]: a padded stride keeps a tile's 36 stores out of one cache set.
   /// With may_stream (the weight gradient, whose v is read once by a matmul much later) a v of
   /// more than 4 MiB (36 x ld x C floats) is written with non-temporal stores, through a
   /// staging block: it is left in memory, not in the caches. Without it (the forward's
-  /// per-thread buffers, read from the caches by the matmul right after) v is written directly
+  /// per-thread buffers, read from the caches by the products right after) v is written directly
   /// whatever its size.
   static void transform_input_tiles(const Shape& s, const float* x, int64_t p0, int64_t rows,
-                                    float* v, int64_t ld, bool may_stream);
+                                    float* v, int64_t ld, bool may_stream,
+                                    int64_t pos_stride = 0);
   /// The weight gradient's transform of the output gradient dy (N, K, H, W, s's layout): Z = A
   /// g A^T of each 4x4 tile g of tiles [p0, p0 + rows) (zero outside the image; A = (A^T)^T)
   /// into z, laid out (and written) as transform_input_tiles's v with K channels, may_stream
@@ -81,20 +87,19 @@ class WinogradF43Conv {
   static void weight_grad_from_products(const float* m, int64_t c, int64_t k, WeightOrder order,
                                         float* dw);
 
-  /// Builds the matmul primitives and per-thread buffers for `s`. `u` from transform_weights of
-  /// the layer's weights; `bias` (K floats, or nullptr: none) is read at run time, not copied,
-  /// as is U (it may be transformed again between runs, as training does). `accumulate` adds
-  /// Y's previous contents (the residual) before the ReLU. Throws rn50::Error when C or K is not
-  /// a multiple of 8, dnnl::error when oneDNN cannot build the matmul.
-  WinogradF43Conv(const dnnl::engine& eng, const Shape& s,
-                  std::shared_ptr<const std::vector<float>> u, const float* bias, bool relu,
-                  bool accumulate);
+  /// The conv for `s`. `u` from transform_weights(_into) of the layer's weights; `bias` (K
+  /// floats, or nullptr: none) is read at run time, not copied, as is U (it may be transformed
+  /// again between runs, as training does). `accumulate` adds Y's previous contents (the
+  /// residual) before the ReLU. Throws rn50::Error when C or K is not a multiple of 8 or U has
+  /// another layer's size.
+  WinogradF43Conv(const Shape& s, std::shared_ptr<const std::vector<float>> u, const float* bias,
+                  bool relu, bool accumulate);
   ~WinogradF43Conv();
   WinogradF43Conv(const WinogradF43Conv&) = delete;
   WinogradF43Conv& operator=(const WinogradF43Conv&) = delete;
 
-  /// Y from X (layouts above). Runs its own OpenMP parallel region; not re-entrant (one call
-  /// at a time per object: the per-thread buffers are the object's).
+  /// Y from X (layouts above). Runs its own OpenMP parallel region; its threads' V and M live
+  /// in per-thread scratch, so calls on other threads (another OpenMP team) may overlap.
   void run(const float* x, float* y);
 
   /// 4x4 output tiles of the layer: N x ceil(H / 4) x ceil(W / 4).

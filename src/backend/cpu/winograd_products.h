@@ -1,7 +1,7 @@
-// rn50: what the Winograd ops (winograd_f43.h, winograd_f23_bf16.h) share: the batched products
-// of their chunks of tiles (one oneDNN matmul per chunk on the thread that transformed it), the
-// walk over the weights their weight transforms read and the walk over the products their
-// weight gradients read.
+// rn50: what the Winograd ops (winograd_f43.h, winograd_f23_bf16.h) share: the bf16 op's batched
+// products of its chunks of tiles (one oneDNN matmul per chunk on the thread that transformed
+// it; the f32 op has its own panel GEMM, gemm_f32_panels.h), the walk over the weights their
+// weight transforms read and the walk over the products their weight gradients read.
 #pragma once
 
 #include <algorithm>
