@@ -25,10 +25,6 @@
 
 namespace rn50::onednn {
 
-using dnnl::memory;
-using tag = memory::format_tag;
-using dt = memory::data_type;
-
 namespace {
 
 int64_t g_chunk_override = 0;  ///< set_winograd_chunk_tiles (0: none)

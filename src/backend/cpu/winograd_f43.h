@@ -9,8 +9,6 @@
 #include <optional>
 #include <vector>
 
-#include <dnnl.hpp>
-
 namespace rn50::onednn {
 
 /// Y = ReLU?(conv3x3(X, W) + b (+ Y)) with stride 1 and zero padding 1, computed as Winograd
