@@ -6,7 +6,7 @@
 //    many chunks with a shorter last one (set_winograd_chunk_tiles), and with the output
 //    channels split over the threads;
 //  * the transformed weights equal G g G^T on a hand-checked kernel, panel-packed;
-//  * the policy (worthwhile) and the errors for channel counts it cannot take.
+//  * the policies (worthwhile, worthwhile_cached) and the errors for channel counts it cannot take.
 #include <gtest/gtest.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -191,18 +191,36 @@ TEST(WinogradF43, PolicyAndErrors) {
   // Transformed weights of another layer's size are refused.
   const auto small = WinogradF43Conv::transform_weights(w.data(), 8, 8);
   EXPECT_THROW(WinogradF43Conv({1, 16, 16, 8, 8}, small, b.data(), false, false), Error);
-  // With 2 threads (the machine the rule was measured on): ResNet-50's batch-32 stride-1 3x3
+  // With 2 threads (the machine the rules were measured on): ResNet-50's batch-32 stride-1 3x3
   // convs have chunks of 64 tiles and are all taken; one image's 64- to 256-channel convs too,
   // but not its 512-channel 7x7 ones (4 tiles reading 38 MiB of transformed weights); two
-  // images' are (8 tiles in each of 2 output-channel parts).
+  // images' are when U is kept (8 tiles in each of 2 output-channel parts), not when it is
+  // transformed on every call (training).
   const ThreadsScope two(2);
   for (const int64_t c : {64, 128, 256, 512}) {
     const int64_t hw = 56 * 64 / c;
     // 1568 tiles at 128 channels: 13 chunks of 61 per thread (the last 43), not 24.5 x 64.
     EXPECT_EQ(WinogradF43Conv::split({32, c, c, hw, hw}).chunk_tiles, c == 128 ? 61 : 64) << c;
-    EXPECT_TRUE(WinogradF43Conv::worthwhile({32, c, c, hw, hw})) << c;
-    EXPECT_EQ(WinogradF43Conv::worthwhile({1, c, c, hw, hw}), c <= 256) << c;
-    EXPECT_TRUE(WinogradF43Conv::worthwhile({2, c, c, hw, hw})) << c;
+    for (const bool cached : {false, true}) {
+      const auto taken = [&](const Shape& s) {
+        return cached ? WinogradF43Conv::worthwhile_cached(s) : WinogradF43Conv::worthwhile(s);
+      };
+      EXPECT_TRUE(taken({32, c, c, hw, hw})) << c << " cached " << cached;
+      EXPECT_EQ(taken({1, c, c, hw, hw}), c <= 256) << c << " cached " << cached;
+      EXPECT_EQ(taken({2, c, c, hw, hw}), cached || c <= 256) << c << " cached " << cached;
+    }
+  }
+  // A tiny training run's layers (ResNet-18 at 32 px, batch 8): 8 tiles per chunk of 1x1 to
+  // 4x4 outputs. Only the 4x4 one is taken with U kept; none when U is transformed per call
+  // but the 64-channel one (16 tiles per chunk, 64 x 64 channels).
+  EXPECT_TRUE(WinogradF43Conv::worthwhile({8, 64, 64, 8, 8}));
+  EXPECT_TRUE(WinogradF43Conv::worthwhile_cached({8, 128, 128, 4, 4}));
+  for (const int64_t c : {128, 256, 512}) {
+    const int64_t hw = 512 / c;
+    EXPECT_FALSE(WinogradF43Conv::worthwhile({8, c, c, hw, hw})) << c;
+    if (hw < 4) {
+      EXPECT_FALSE(WinogradF43Conv::worthwhile_cached({8, c, c, hw, hw})) << c;
+    }
   }
   EXPECT_EQ(WinogradF43Conv::split({1, 128, 128, 28, 28}).chunk_tiles, 25);
   // One 64-channel 56x56 image: 196 tiles as 2 chunks of 49 per thread (not 64, 64, 64, 4);

@@ -559,7 +559,7 @@ class CpuEngine final : public InferenceEngine {
                                                   oshape[1], oshape[2]};
           if (!wino && !q && blocked_ && c.kernel == 3 && c.stride == 1 && c.pad == 1 &&
               !batch_invariant_ && onednn::conv_winograd_allowed() &&
-              onednn::WinogradF43Conv::worthwhile(ws)) {
+              onednn::WinogradF43Conv::worthwhile_cached(ws)) {
             // Our own Winograd on the nChw8c buffers (file comment; blocked_ excludes the
             // observer), its transformed weights shared by the plans of every batch size.
             auto& u = wino_weights_[nd.op];

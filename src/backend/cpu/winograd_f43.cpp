@@ -145,10 +145,29 @@ WinogradF43Conv::Split WinogradF43Conv::split(const Shape& s) {
 // channels (2.02, 3.05, 8.72 ms in the same runs) and at 512 up to batch 4. Every task's
 // products read its part of U (36 C K floats: 9.4 MiB at 256 channels, 38 MiB at 512) from
 // memory, 4x the direct conv's weights: only one image's 512-channel 7x7 conv, 4 tiles, loses.
-// So: chunks of 8 tiles or more.
+// So, with U transformed once: chunks of 8 tiles or more, of layers at least one tile (4x4
+// outputs) wide and high: a 2x2 or 1x1 layer (ResNet's layer4 at crops of 64 px or less) would
+// spend a tile's 36 products per channel pair on 4 or 1 outputs, where the direct conv spends 9
+// per output.
+bool WinogradF43Conv::worthwhile_cached(const Shape& s) {
+  if (s.c % kL != 0 || s.k % kL != 0 || s.h < 4 || s.w < 4) return false;
+  return split(s).chunk_tiles >= 8;
+}
+
+// With U transformed on every call (the backend's forward and backward data, whose weights
+// change every training step), each call also reads the weights and writes all of U (4x the
+// weights) before a product runs: the rule measured when this op's products were oneDNN's
+// matmul, which likewise packed U anew on every call (BM_Conv3x3InferF32, direct jit:avx2 /
+// this op, ms, batch 1: 128ch 28x28 1.79 / 0.98 [25 tiles per chunk], 256ch 14x14 1.85 / 1.69
+// [16x2], 512ch 7x7 2.51 / 6.85 [4x2]; batch 2, 512ch 5.20 / 9.36 [8x2]; batch 4, 512ch 8.86 /
+// 14.8 [16x2]; batch 32, 512ch 93.1 / 33.7 [64]): chunks of 48 tiles or more, and of 16 or more
+// up to 256 x 256 channels. Taking the cached rule here instead (b66cd50) sent the tiny
+// training runs' 128- to 512-channel layers of 8 tiles to this op, where transforming U took
+// three quarters of their steps.
 bool WinogradF43Conv::worthwhile(const Shape& s) {
   if (s.c % kL != 0 || s.k % kL != 0) return false;
-  return split(s).chunk_tiles >= 8;
+  const int64_t rows = split(s).chunk_tiles;
+  return rows >= 48 || (s.c * s.k <= 256 * 256 && rows >= kMinChunkTiles);
 }
 
 // bench_micro's BM_Conv3x3TrainF32/<own>/pass:2/<n> on a 2-core AVX2 EPYC, ms per call,

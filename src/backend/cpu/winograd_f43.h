@@ -26,7 +26,7 @@ namespace rn50::onednn {
 ///   W: (K, C, 3, 3) f32 OIHW;    b: (K) f32.
 /// 2.25 multiply-adds of the direct conv's 9 per output remain in the products (4x fewer), at
 /// the price of the transforms' memory traffic and of U (36 x C x K floats, 4x W's size), which
-/// every chunk reads: worthwhile with enough tiles per weight (worthwhile()). Rounding differs
+/// every chunk reads: worthwhile with enough tiles per weight (worthwhile(), worthwhile_cached()). Rounding differs
 /// from the direct sum (relative error ~1e-6..1e-5 of the outputs at ResNet-50's shapes).
 /// Not batch invariant: a chunk mixes images, and the chunks follow the batch size.
 class WinogradF43Conv {
@@ -120,9 +120,14 @@ class WinogradF43Conv {
   /// divide by that, or parts would have under kMinPartK channels).
   static Split split(const Shape& s);
   /// Whether this op is expected to beat oneDNN's direct AVX2 convolution for `s` with this
-  /// process's OpenMP threads (see the definition for the measurements): chunks with enough
-  /// tiles that reading U is amortised. False unless C and K are multiples of 8.
+  /// process's OpenMP threads when U is transformed on every call (transform_weights_into
+  /// before each run: the backend's forward and backward data in training; see the definition
+  /// for the measurements): chunks of 48 tiles, or 16 up to 256 x 256 channels. False unless C
+  /// and K are multiples of 8.
   static bool worthwhile(const Shape& s);
+  /// The same when U is transformed once and kept (the inference engine's plans): chunks of 8
+  /// tiles or more, of layers at least 4 x 4 outputs. False unless C and K are multiples of 8.
+  static bool worthwhile_cached(const Shape& s);
   /// Whether the weight gradient (conv_winograd.h) is expected to beat im2col + matmuls for `s`
   /// (see the definition for the measurements). False unless C and K are multiples of 8.
   static bool weight_grad_worthwhile(const Shape& s);
