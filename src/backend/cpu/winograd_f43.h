@@ -26,8 +26,9 @@ namespace rn50::onednn {
 ///   W: (K, C, 3, 3) f32 OIHW;    b: (K) f32.
 /// 2.25 multiply-adds of the direct conv's 9 per output remain in the products (4x fewer), at
 /// the price of the transforms' memory traffic and of U (36 x C x K floats, 4x W's size), which
-/// every chunk reads: worthwhile with enough tiles per weight (worthwhile(), worthwhile_cached()). Rounding differs
-/// from the direct sum (relative error ~1e-6..1e-5 of the outputs at ResNet-50's shapes).
+/// every chunk reads: worthwhile with enough tiles per weight (worthwhile(), worthwhile_cached()).
+/// Rounding differs from the direct sum (relative error ~1e-6..1e-5 of the outputs at
+/// ResNet-50's shapes).
 /// Not batch invariant: a chunk mixes images, and the chunks follow the batch size.
 class WinogradF43Conv {
  public:
