@@ -16,8 +16,8 @@
 # tests/sanitizers/lsan.supp. The multi-process tests (test_parallel_mpi, test_parallel_train)
 # run with full unwinding on each malloc (fast_unwind_on_malloc=0) so that OpenMPI's leaks show
 # their libmpi frames and match those suppressions instead of ending in frame-pointer-less code.
-# Tests run several at a time (RN50_TEST_JOBS, as in scripts/test.sh): ASan's own work (shadow
-# memory, the quarantine) is single-threaded.
+# Tests run several at a time (RN50_TEST_JOBS, as in scripts/test.sh); the two MPI tests are
+# RUN_SERIAL (CMakeLists.txt) and run one after the other.
 #   bash scripts/sanitize.sh [ctest args...]      e.g. -R test_data (then one run, as given)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +40,7 @@ jobs=${RN50_TEST_JOBS:-$(n=$(nproc); echo $(( n < 4 ? n : 4 )))}
 rc=0
 ctest --test-dir "$B" --output-on-failure -j "$jobs" -E "$MPI_TESTS|$LEFT_OUT" || rc=1
 LSAN_OPTIONS="$LSAN_OPTIONS:fast_unwind_on_malloc=0" \
-  ctest --test-dir "$B" --output-on-failure -j "$jobs" -R "$MPI_TESTS" || rc=1
+  ctest --test-dir "$B" --output-on-failure -R "$MPI_TESTS" || rc=1
 n=$(ctest --test-dir "$B" -N -E "$LEFT_OUT" | grep -c '^ *Test *#' || true)
 echo "sanitize: $n tests ran under ASan + UBSan (left out: test_model_parity)"
 exit $rc
