@@ -38,6 +38,13 @@
 //                                  (policy `matmul`; winograd_f23_bf16.h), its weight transform
 //                                  included. What conv_own_winograd_bf16_allowed's size rule
 //                                  comes from.
+//   BM_BatchnormTrain/<op>/<shape>/<f32>  our training batch norm loops (batchnorm_nhwc.h) on
+//                                  ResNet-50's activations at batch 32 (kBn, NHWC), f32 0 bf16,
+//                                  1 f32: op 0 forward + ReLU, 1 forward + residual + ReLU,
+//                                  2 backward through the ReLU, 3 backward fused with the
+//                                  join's ReLU backward (two incoming gradients). bytes_per_second
+//                                  counts every pass's tensor reads and writes (forward: x twice,
+//                                  y; backward: x, dy, y twice, dx), the memory roof's traffic.
 // Run: build/rn50_bench_micro [--benchmark_filter=Conv] [--benchmark_repetitions=5]
 #include <benchmark/benchmark.h>
 
@@ -48,12 +55,14 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/batchnorm_nhwc.h"
 #include "backend/cpu/conv_wgrad_bf16.h"
 #include "backend/cpu/conv_algo.h"
 #include "backend/cpu/conv_im2col.h"
 #include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/onednn_backend.h"
 #include "backend/cpu/winograd_f43.h"
+#include "core/bf16.h"
 #include "data/decode.h"
 #include "data/rng.h"
 #include "data/sample.h"
@@ -452,5 +461,64 @@ BENCHMARK(BM_Conv3x3InferF32)
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace
+
+/// ResNet-50's batch-norm activations at batch 32: rows M = N*H*W, channels C.
+constexpr struct {
+  int64_t M, C;
+} kBn[] = {{32 * 112 * 112, 64}, {32 * 56 * 56, 64}, {32 * 56 * 56, 256}, {32 * 28 * 28, 128},
+           {32 * 28 * 28, 512},  {32 * 14 * 14, 256}, {32 * 14 * 14, 1024}, {32 * 7 * 7, 512},
+           {32 * 7 * 7, 2048}};
+
+template <class T>
+void batchnorm_train(benchmark::State& state) {
+  const auto [M, C] = kBn[state.range(1)];
+  const int op = static_cast<int>(state.range(0));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.5f, 1.f);
+  auto fill = [&] {
+    std::vector<T> v(static_cast<size_t>(M * C));
+    for (T& e : v) narrow(e, nd(rng));
+    return v;
+  };
+  std::vector<T> x = fill(), z = fill(), y = fill(), g1 = fill(), g2 = fill(), dx = fill();
+  std::vector<float> gamma(C, 1.1f), beta(C, 0.1f), mean(C), var(C), dg(C), db(C);
+  onednn::bn_nhwc_fwd_train(x.data(), z.data(), y.data(), M, C, gamma.data(), beta.data(), 1e-5f,
+                            true, mean.data(), var.data());
+  auto run = [&] {
+    switch (op) {
+      case 0:
+      case 1:
+        onednn::bn_nhwc_fwd_train(x.data(), op == 1 ? z.data() : nullptr, dx.data(), M, C,
+                                  gamma.data(), beta.data(), 1e-5f, true, mean.data(),
+                                  var.data());
+        break;
+      case 2:
+        onednn::bn_nhwc_bwd(x.data(), y.data(), g1.data(), dx.data(), M, C, gamma.data(),
+                            mean.data(), var.data(), 1e-5f, true, dg.data(), db.data());
+        break;
+      default:
+        onednn::bn_nhwc_add_relu_bwd(x.data(), y.data(), g1.data(), g2.data(), z.data(),
+                                     dx.data(), M, C, gamma.data(), mean.data(), var.data(),
+                                     1e-5f, dg.data(), db.data());
+    }
+  };
+  run();
+  for (auto _ : state) run();
+  // Tensors read or written per pass: forward x, x (+ z), y; backward x, dy, y | x, dy, y, dx;
+  // fused backward x, y, g1, g2, dres | x, dres, dx.
+  const int tensors[] = {3, 4, 7, 8};
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * tensors[op] * M * C *
+                          static_cast<int64_t>(sizeof(T)));
+}
+void BM_BatchnormTrain(benchmark::State& state) {
+  if (state.range(2) == 0)
+    batchnorm_train<uint16_t>(state);
+  else
+    batchnorm_train<float>(state);
+}
+BENCHMARK(BM_BatchnormTrain)
+    ->ArgNames({"op", "shape", "f32"})
+    ->ArgsProduct({{0, 1, 2, 3}, {0, 1, 2, 3, 4, 5, 6, 7, 8}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();
