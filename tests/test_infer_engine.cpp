@@ -187,8 +187,9 @@ std::vector<std::string> conv_lines(const std::string& log) {
   return lines_with(log, {",convolution,"});
 }
 
-// Forced blocked activations: every conv but the stem reads and writes nChw8c (oneDNN's
-// aBcd8b), the stem reads the NCHW image (abcd); forced NHWC: every conv reads NHWC (acdb).
+// Forced blocked activations: every conv but the stem reads and writes nChw16c on AVX-512 CPUs,
+// nChw8c without (oneDNN's aBcd16b, aBcd8b), the stem reads the NCHW image (abcd); forced NHWC:
+// every conv reads NHWC (acdb).
 // Both give the training graph's logits (above) and each other's within rounding, and the
 // blocked engine, batch invariant as rn50 serve's, gives each image alone the bits it gets in a
 // batch of 4.
@@ -202,12 +203,14 @@ TEST(InferEngineLayouts, BlockedIsWhatTheConvsGetAndBatchInvariant) {
   ASSERT_GE(bl.size(), 53u) << "oneDNN's verbose output shows no convolutions";
   ASSERT_GE(nl.size(), 53u);
   int blocked_src = 0, nchw_src = 0;
+  const std::string block_tag =
+      "src_f32::blocked:aBcd" + std::to_string(onednn::infer_activation_block()) + "b";
   for (const std::string& l : bl) {
-    blocked_src += l.find("src_f32::blocked:aBcd8b") != std::string::npos;
+    blocked_src += l.find(block_tag) != std::string::npos;
     nchw_src += l.find("src_f32::blocked:abcd") != std::string::npos;
     EXPECT_EQ(l.find("dst_f32::blocked:acdb"), std::string::npos) << l;
   }
-  EXPECT_GE(blocked_src, 52) << "convs reading nChw8c";
+  EXPECT_GE(blocked_src, 52) << "convs reading " << block_tag;
   EXPECT_GE(nchw_src, 1) << "the stem reading the NCHW image";
   for (const std::string& l : nl)
     EXPECT_NE(l.find("src_f32::blocked:acdb"), std::string::npos) << l;
@@ -252,8 +255,9 @@ int64_t own_winograd_convs(InferenceEngine& eng, const Tensor& x) {
 }
 
 // fp32 3x3 stride-1 convs run as Winograd by default (src/backend/cpu/conv_algo.h): oneDNN's
-// between activation reorders where it has one (AVX-512), else, with blocked activations, our
-// own (winograd_f43.h) where there are enough tiles; a batch-invariant engine (rn50 serve's)
+// where it has one (AVX-512), on the blocked (default) engine's nChw16c buffers as they are,
+// on an NHWC engine's between activation reorders; else, with blocked activations, our own
+// (winograd_f43.h) where there are enough tiles; a batch-invariant engine (rn50 serve's)
 // runs them direct, and its logits do not depend on the batch. Both stay within rounding of
 // each other (and of the training graph, LogitsEqualTheTrainingGraphInEvalMode).
 TEST(InferEngineWinograd, DefaultUsesItBatchInvariantDoesNot) {
@@ -264,8 +268,9 @@ TEST(InferEngineWinograd, DefaultUsesItBatchInvariantDoesNot) {
   const int threads = omp_get_max_threads();
   omp_set_num_threads(2);
   Fixture f("resnet50", 10);
-  auto wino = f.engine();
-  auto blocked = f.engine(CpuActivationLayout::blocked);
+  auto wino = f.engine(CpuActivationLayout::nhwc);
+  auto blocked = f.engine();  // automatic: blocked
+  ASSERT_TRUE(onednn::infer_blocked_activations_preferred());
   EngineOptions o;
   o.batch_invariant = true;
   auto direct = make_inference_engine(fold_network(f.model->desc(), f.sd), o);
@@ -276,7 +281,10 @@ TEST(InferEngineWinograd, DefaultUsesItBatchInvariantDoesNot) {
   EXPECT_EQ(calls_of(*wino, x, "reorder activations (winograd)"), onednn_wino ? 26 : 0);
   EXPECT_EQ(calls_of(*direct, x, "reorder activations (winograd)"), 0);
   const std::string blocked_log = onednn_log_of_first_run(*blocked, x);
+  EXPECT_EQ(calls_of(*blocked, x, "reorder activations (winograd)"), 0);
   EXPECT_EQ(own_winograd_convs(*blocked, x), onednn_wino ? 0 : 6);
+  // oneDNN's Winograd on the nChw16c buffers: its 13 convs, each built once and run once.
+  EXPECT_EQ(lines_with(blocked_log, {",convolution,", "wino"}).size(), onednn_wino ? 26u : 0u);
   // No oneDNN conv primitive is built for the convs ours runs (53 in ResNet-50).
   EXPECT_EQ(lines_with(blocked_log, {",create:", ",convolution,"}).size(),
             onednn_wino ? 53u : 47u);

@@ -240,12 +240,13 @@ struct ExportConfig {
 void run_export(const ExportConfig& cfg, std::ostream& out);
 
 /// The CPU engine's layout of its f32 activations between primitives (EngineOptions).
-///  * automatic: blocked on CPUs without AVX-512 (oneDNN's jit:avx2 convolutions run 15-45%
-///    faster on it than on NHWC at ResNet-50's shapes; src/backend/cpu/conv_algo.h), NHWC
-///    elsewhere;
+///  * automatic: blocked (on CPUs without AVX-512 oneDNN's jit:avx2 convolutions run 15-45%
+///    faster on it than on NHWC at ResNet-50's shapes; with AVX-512 its Winograd convs need no
+///    reorders on it, 5% at batch 32; src/backend/cpu/conv_algo.h);
 ///  * nhwc: NHWC (N, H, W, C);
-///  * blocked: oneDNN's nChw8c (N, C/8, H, W, 8: channels in blocks of 8; a value whose channel
-///    count is not a multiple of 8 stays NHWC, the input image NCHW).
+///  * blocked: oneDNN's nChw16c on CPUs with AVX-512, nChw8c without (N, C/16, H, W, 16:
+///    channels in blocks of 16, or of 8; a value whose channel count is not a multiple of the
+///    block stays NHWC, the input image NCHW).
 /// bf16 and int8 engines and a calibrating engine always keep NHWC.
 enum class CpuActivationLayout { automatic, nhwc, blocked };
 

@@ -1,4 +1,4 @@
-// rn50 inference: the CPU engine (oneDNN, NHWC or blocked nChw8c; fp32; bf16 activations and
+// rn50 inference: the CPU engine (oneDNN, NHWC or blocked nChw16c/8c; fp32; bf16 activations and
 // weights with f32 bias, accumulation and logits; or int8 convolutions as in rn50/inference.h).
 // Per input shape a Plan holds one oneDNN primitive per program op (forward_inference), the
 // activation buffers and the weights packed in the layout each convolution chose
@@ -21,8 +21,9 @@
 // value has run), so ResNet-50 needs a handful of buffers, not one per layer.
 // Winograd: an f32 3x3 stride-1 conv without a residual sum runs oneDNN's Winograd F(4x4, 3x3)
 // (src/backend/cpu/conv_algo.h; RN50_CONV_ALGO=direct turns it off) in the primitive's blocked
-// layout, between two reorder steps ("reorder activations (winograd)") through two buffers all
-// such convs share. Not while calibrating int8 (the observer reads NHWC destinations), nor
+// layout: in the blocked engine on AVX-512 CPUs that is nChw16c, the buffers' own; otherwise
+// between two reorder steps ("reorder activations (winograd)") through two buffers all such
+// convs share. Not while calibrating int8 (the observer reads NHWC destinations), nor
 // for a batch-invariant engine (EngineOptions::batch_invariant: rn50 serve). Where oneDNN has no
 // Winograd (CPUs without AVX-512), the blocked engine runs such convs (a residual sum allowed)
 // as our own Winograd F(4x4, 3x3), its products in our own panel GEMM, straight on the nChw8c
@@ -32,10 +33,9 @@
 // stride-1 convs with outputs of 14x14 or more as our own Winograd F(2x2, 3x3) on the NHWC
 // buffers (src/backend/cpu/winograd_f23_bf16.h; conv_own_winograd_bf16_allowed), bias,
 // residual sum and ReLU fused into its output transform, under the same conditions.
-// Activation layout (CpuActivationLayout, rn50/inference.h): NHWC, or for f32 where oneDNN's
-// convs run faster on it (CPUs without AVX-512) the blocked nChw8c, the input image then NCHW
-// (the stem's jit:avx2 kernel reads it) and every value whose channel count is a multiple of 8
-// nChw8c; the pooled (N, C, 1, 1) features are then the same bytes as NHWC, so the fc reads them
+// Activation layout (CpuActivationLayout, rn50/inference.h): NHWC, or for f32 by default the
+// blocked nChw16c (AVX-512) or nChw8c (without), the input image then NCHW (the stem's kernel
+// reads it) and every value whose channel count is a multiple of the block blocked; the pooled (N, C, 1, 1) features are then the same bytes as NHWC, so the fc reads them
 // as (N, C) either way.
 // Batch invariance: the direct convolutions, pooling and reorders compute each image alone
 // (checked on AVX-512 and AVX2 CPUs), but oneDNN's inner product is a GEMM whose kernel follows
@@ -440,10 +440,11 @@ class CpuEngine final : public InferenceEngine {
     };
     auto act_md = [&](int v) {
       const auto& s = shape[static_cast<size_t>(v)];
-      const tag t = !blocked_        ? tag::nhwc
-                    : v == 0         ? tag::nchw
-                    : s[0] % 8 == 0  ? tag::nChw8c
-                                     : tag::nhwc;
+      const tag t = !blocked_                       ? tag::nhwc
+                    : v == 0                        ? tag::nchw
+                    : block_ == 16 && s[0] % 16 == 0 ? tag::nChw16c
+                    : block_ == 8 && s[0] % 8 == 0   ? tag::nChw8c
+                                                    : tag::nhwc;
       return memory::desc({n, s[0], s[1], s[2]}, vdt[static_cast<size_t>(v)], t);
     };
     plan->input = memory(act_md(0), eng_, ptr(0));
@@ -557,8 +558,8 @@ class CpuEngine final : public InferenceEngine {
           };
           const onednn::WinogradF43Conv::Shape ws{n, c.in_channels, c.out_channels,
                                                   oshape[1], oshape[2]};
-          if (!wino && !q && blocked_ && c.kernel == 3 && c.stride == 1 && c.pad == 1 &&
-              !batch_invariant_ && onednn::conv_winograd_allowed() &&
+          if (!wino && !q && blocked_ && block_ == 8 && c.kernel == 3 && c.stride == 1 &&
+              c.pad == 1 && !batch_invariant_ && onednn::conv_winograd_allowed() &&
               onednn::WinogradF43Conv::worthwhile_cached(ws)) {
             // Our own Winograd on the nChw8c buffers (file comment; blocked_ excludes the
             // observer), its transformed weights shared by the plans of every batch size.
@@ -615,7 +616,9 @@ class CpuEngine final : public InferenceEngine {
                      {DNNL_ARG_DST, dst_m}};
           plan->packed.push_back(w);
           plan->packed.push_back(b);
-          if (wino) {
+          // A Winograd conv whose layouts are the buffers' (nChw16c) reads and writes them as
+          // a direct one does; otherwise:
+          if (wino && (pd.src_desc() != src || pd.dst_desc() != dst)) {
             // Through the two shared Winograd buffers (bound once the plan is built): NHWC ->
             // the primitive's layout, the conv, and back.
             memory bsrc(pd.src_desc(), eng_, DNNL_MEMORY_NONE);
@@ -745,8 +748,10 @@ class CpuEngine final : public InferenceEngine {
   ValueObserver observer_;
   /// EngineOptions::batch_invariant: no Winograd, the fc image by image (file comment).
   bool batch_invariant_;
-  /// f32 activations in nChw8c (EngineOptions::cpu_activations; file comment).
+  /// f32 activations blocked (EngineOptions::cpu_activations; file comment).
   bool blocked_;
+  /// The channel block of blocked_ activations: 16 on CPUs with AVX-512, else 8.
+  int block_ = onednn::infer_activation_block();
   /// Our own Winograd's transformed weights by program op (file comment), for every plan.
   std::map<int, std::shared_ptr<const std::vector<float>>> wino_weights_;
   /// The same for the bf16 Winograd F(2x2, 3x3) (16 x C x K bf16).

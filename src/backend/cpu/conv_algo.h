@@ -93,10 +93,14 @@ bool conv_own_winograd_allowed();
 bool conv_own_winograd_bf16_allowed(const ConvShapeInfo& s);
 
 /// Whether the CPU inference engine's f32 activations are best kept in oneDNN's blocked
-/// layout (nChw8c) rather than NHWC on this CPU (CpuActivationLayout::automatic): on CPUs
-/// without AVX-512 (see the definition for the measurement), not with AVX-512, where the NHWC
-/// engine was the one measured level with ONNX Runtime.
+/// layout (infer_activation_block()) rather than NHWC on this CPU
+/// (CpuActivationLayout::automatic): yes on CPUs with and without AVX-512 (see the definition
+/// for the measurements).
 bool infer_blocked_activations_preferred();
+/// The channel block of the engine's blocked f32 layout: 16 (nChw16c, the layout of oneDNN's
+/// AVX-512 kernels and of its Winograd convs) on CPUs with AVX-512, else 8 (nChw8c, AVX2's,
+/// which our own Winograd F(4x4, 3x3) reads).
+int infer_activation_block();
 
 /// Whether the CPU inference engine at --precision int8 runs the ops a calibrated model keeps in
 /// floating point (the stem conv reading the image, its max pool and the fc; rn50/inference.h)
