@@ -190,6 +190,9 @@ TEST_F(ConvWgradBf16, TheBackendTakesItWhereItIsFasterAndAgreesWithOnednn) {
   const bool taken_wide = onednn::conv_own_wgrad_allowed(DType::bf16, {64, 256, 1, 1, 3136});
   const bool taken_strided = onednn::conv_own_wgrad_allowed(DType::bf16, {256, 512, 1, 2, 784});
   const bool taken_narrow = onednn::conv_own_wgrad_allowed(DType::bf16, {256, 64, 1, 1, 3136});
+  const bool taken_64 = onednn::conv_own_wgrad_allowed(DType::bf16, {64, 64, 1, 1, 3136});
+  const bool taken_s2_14 = onednn::conv_own_wgrad_allowed(DType::bf16, {256, 256, 3, 2, 196});
+  const bool taken_s2_28 = onednn::conv_own_wgrad_allowed(DType::bf16, {128, 128, 3, 2, 784});
   onednn::set_conv_algo(onednn::ConvAlgo::direct);
   const bool taken_direct = onednn::conv_own_wgrad_allowed(DType::bf16, {512, 256, 1, 1, 49});
   onednn::set_conv_algo(std::nullopt);
@@ -199,18 +202,22 @@ TEST_F(ConvWgradBf16, TheBackendTakesItWhereItIsFasterAndAgreesWithOnednn) {
   EXPECT_FALSE(taken_14x14) << "oneDNN's kernel is the faster one for 3x3s at 14x14 outputs";
   EXPECT_TRUE(taken_wide && taken_strided)
       << "the pixel split beats oneDNN for 1x1s that widen fourfold or are strided";
-  EXPECT_FALSE(taken_narrow) << "oneDNN's kernel is level or faster for the other 1x1s";
+  EXPECT_TRUE(taken_narrow) << "the kernel beats oneDNN for 1x1s that narrow the channels";
+  EXPECT_FALSE(taken_64) << "oneDNN's kernel is faster for the 64 -> 64 1x1 at 56x56";
+  EXPECT_TRUE(taken_s2_14) << "the kernel beats oneDNN for strided 3x3s to 14x14";
+  EXPECT_FALSE(taken_s2_28) << "oneDNN's kernel is level or faster for strided 3x3s to 28x28";
   EXPECT_FALSE(taken_direct) << "policy `direct` must keep oneDNN's kernels";
   std::unique_ptr<Backend> be = make_backend("onednn");
   // ResNet-50's layer4 shapes at batch 2: 512 -> 256 at 7x7, 256 -> 128 stride 2 from 14x14,
   // and the 3x3 512 -> 512 stride 2 from 14x14 (here with 128 channels); a 1x3 kernel
   // (padding 1, stride 2: 7x6 outputs); and layer1's 64 -> 256 at 28x28 instead of 56x56 (1568
-  // pixels, split between the threads). Weights in OIHW and in KRSC (OHWI) order alike.
+  // pixels, split between the threads) and layer1's narrowing 256 -> 64 there. Weights in OIHW
+  // and in KRSC (OHWI) order alike.
   for (const Layout wl : {Layout::NCHW, Layout::NHWC}) {
     for (const WgradGeo& g : {WgradGeo{2, 7, 7, 512, 256, 1}, WgradGeo{2, 14, 14, 256, 128, 2},
                              WgradGeo{2, 14, 14, 128, 128, 2, 3, 3, 1},
                              WgradGeo{2, 12, 12, 64, 32, 2, 1, 3, 1},
-                             WgradGeo{2, 28, 28, 64, 256, 1}}) {
+                             WgradGeo{2, 28, 28, 64, 256, 1}, WgradGeo{2, 28, 28, 256, 64, 1}}) {
       auto tensor = [&](std::vector<int64_t> shape, uint32_t seed) {
         Tensor t = Tensor::empty(std::move(shape), DType::bf16, Layout::NHWC);
         const auto v = random_bf16(t.numel(), seed);

@@ -35,8 +35,9 @@
 // residual sum and ReLU fused into its output transform, under the same conditions.
 // Activation layout (CpuActivationLayout, rn50/inference.h): NHWC, or for f32 by default the
 // blocked nChw16c (AVX-512) or nChw8c (without), the input image then NCHW (the stem's kernel
-// reads it) and every value whose channel count is a multiple of the block blocked; the pooled (N, C, 1, 1) features are then the same bytes as NHWC, so the fc reads them
-// as (N, C) either way.
+// reads it) and every value whose channel count is a multiple of the block blocked; the
+// pooled (N, C, 1, 1) features are then the same bytes as NHWC, so the fc reads them as (N, C)
+// either way.
 // Batch invariance: the direct convolutions, pooling and reorders compute each image alone
 // (checked on AVX-512 and AVX2 CPUs), but oneDNN's inner product is a GEMM whose kernel follows
 // the number of rows (on an AVX2-only EPYC, 1 row and 4 rows of the same image give other bits):

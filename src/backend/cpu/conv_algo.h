@@ -75,9 +75,10 @@ bool conv1x1_matmul_allowed(DType dt, ConvDir dir);
 /// or KxK, any stride and padding) runs as our own AVX-512 BF16 GEMM (conv_wgrad_bf16.h) when
 /// its shape fits: with `automatic` on CPUs whose build has the kernel (AVX-512 BF16 without
 /// AMX) at the shapes where it beats oneDNN 2.6's jit_bf16 kernels: outputs of 7x7 pixels or
-/// fewer, and 1x1s that are strided or widen the channels at least fourfold (see the definition
-/// for the measurements); never with `direct`; never with `matmul` (the matmul and im2col paths
-/// take these convolutions there).
+/// fewer, 1x1s that are strided, narrow the channels or widen them at least fourfold, and
+/// strided KxKs with outputs of 14x14 or fewer (see the definition for the measurements);
+/// never with `direct`; never with `matmul` (the matmul and im2col paths take these
+/// convolutions there).
 bool conv_own_wgrad_allowed(DType dt, const ConvShapeInfo& s);
 /// Whether the training backend's f32 3x3 stride-1 convs on NHWC activations may run forward,
 /// backward-data and backward-weights as our own Winograd F(4x4, 3x3) (conv_winograd.h): with

@@ -285,8 +285,21 @@ bool conv_own_wgrad_allowed(DType dt, const ConvShapeInfo& s) {
   // turns) the weight gradients took 696-722 ms (median 708) with the two stride-1 512s against
   // 704-723 (717) without. So: outputs of 7x7 pixels or fewer, any kernel and stride.
   const bool wide_or_strided_1x1 = s.R == 1 && (s.stride > 1 || s.K >= 4 * s.C);
+  // On a 2-core AMD EPYC of the next generation (Zen 5: AVX-512 BF16, bf16 peak 867 GFLOP/s),
+  // the same benchmarks, medians of 3 or 5, two to three runs (oneDNN / own ms): the 1x1s that
+  // narrow 256->64 at 56x56 8.47 / 7.08, 256->128 14.3, 14.0, 11.6 / 13.5, 12.1, 11.1,
+  // 512->128 at 28x28 7.26 / 5.73, 512->256 12.9, 13.3 / 10.4, 10.5, 1024->512 at 14x14 13.9,
+  // 13.0 / 9.71, 9.97, 1024->256 9.36, 6.06, 7.94 / 8.28, 6.96, 5.99 (level); 64->64 at 56x56
+  // 2.39, 2.44, 2.32 / 2.72, 2.63, 2.55 (oneDNN ahead); the 3x3s stride 2 256 to 14x14 15.0,
+  // 15.6 / 11.0, 11.0 (ahead on the older EPYC too, above), 128 to 28x28 15.0, 14.0 / 12.4, 12.2
+  // (behind there: left to oneDNN). In the step (`rn50 train --benchmark ... --amp --amp-dtype
+  // bf16 --profile`, six interleaved pairs) the weight gradients took 353-439 ms (median 392)
+  // against 378-449 (408). So also: 1x1s that narrow, and strided KxKs to 14x14 or fewer.
+  const bool narrowing_1x1 = s.R == 1 && s.K < s.C;
+  const bool strided_kxk_to_14 = s.R > 1 && s.stride > 1 && s.out_pixels <= 14 * 14;
   return conv_algo() == ConvAlgo::automatic && dt == DType::bf16 && conv_wgrad_bf16_built() &&
-         !cpu_has_amx() && (s.out_pixels <= 49 || wide_or_strided_1x1);
+         !cpu_has_amx() &&
+         (s.out_pixels <= 49 || wide_or_strided_1x1 || narrowing_1x1 || strided_kxk_to_14);
 }
 
 bool conv_im2col_allowed(DType dt, const ConvShapeInfo& s) {
