@@ -460,7 +460,6 @@ BENCHMARK(BM_Conv3x3InferF32)
     ->ArgsProduct({{0, 1}, {1, 2, 4, 32}, {1, 3, 5, 7}, {0, 1}})
     ->Unit(benchmark::kMillisecond);
 
-}  // namespace
 
 /// ResNet-50's batch-norm activations at batch 32: rows M = N*H*W, channels C.
 constexpr struct {
@@ -520,5 +519,7 @@ BENCHMARK(BM_BatchnormTrain)
     ->ArgNames({"op", "shape", "f32"})
     ->ArgsProduct({{0, 1, 2, 3}, {0, 1, 2, 3, 4, 5, 6, 7, 8}, {0, 1}})
     ->Unit(benchmark::kMillisecond);
+
+}  // namespace
 
 BENCHMARK_MAIN();

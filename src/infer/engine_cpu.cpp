@@ -441,11 +441,11 @@ class CpuEngine final : public InferenceEngine {
     };
     auto act_md = [&](int v) {
       const auto& s = shape[static_cast<size_t>(v)];
-      const tag t = !blocked_                       ? tag::nhwc
-                    : v == 0                        ? tag::nchw
-                    : block_ == 16 && s[0] % 16 == 0 ? tag::nChw16c
-                    : block_ == 8 && s[0] % 8 == 0   ? tag::nChw8c
-                                                    : tag::nhwc;
+      const tag blocked = block_ == 16 ? tag::nChw16c : tag::nChw8c;
+      const tag t = !blocked_ ? tag::nhwc
+                    : v == 0  ? tag::nchw
+                    : s[0] % block_ == 0 ? blocked
+                                         : tag::nhwc;
       return memory::desc({n, s[0], s[1], s[2]}, vdt[static_cast<size_t>(v)], t);
     };
     plan->input = memory(act_md(0), eng_, ptr(0));
