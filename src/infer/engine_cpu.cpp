@@ -58,6 +58,7 @@
 #include "backend/cpu/conv_algo.h"
 #include "backend/cpu/winograd_f23_bf16.h"
 #include "backend/cpu/winograd_f43.h"
+#include "core/aligned.h"
 #include "core/check.h"
 #include "core/fake_quant.h"
 #include "infer/engine_impl.h"
@@ -127,8 +128,9 @@ Traffic traffic_of(const Step& s) {
 
 struct Plan {
   int64_t n = 0, h = 0, w = 0;
-  /// Activation storage (bf16 values packed two per float).
-  std::vector<std::vector<float>> buffers;
+  /// Activation storage, 64-byte aligned (core/aligned.h; bf16 and 8-bit values packed into
+  /// floats).
+  std::vector<aligned_vector<float>> buffers;
   std::vector<Step> steps;
   std::vector<memory> packed;              ///< packed conv/fc weights, kept alive
   std::vector<Tensor> owned;               ///< QAT: fake-quantized f32 weights (fc, stem)
@@ -433,9 +435,8 @@ class CpuEngine final : public InferenceEngine {
         free_bufs.push_back(buf_of[static_cast<size_t>(v)]);
       }
     }
-    plan->buffers.resize(buf_size.size());
     for (size_t b = 0; b < buf_size.size(); ++b)
-      plan->buffers[b].resize((buf_size[b] + sizeof(float) - 1) / sizeof(float));
+      plan->buffers.emplace_back((buf_size[b] + sizeof(float) - 1) / sizeof(float));
     auto ptr = [&](int v) {
       return plan->buffers[static_cast<size_t>(buf_of[static_cast<size_t>(v)])].data();
     };
@@ -587,7 +588,7 @@ class CpuEngine final : public InferenceEngine {
             // ReLU in its output transform, U from the f32 weights rounded once.
             auto& u = wino_bf16_weights_[nd.op];
             if (!u) {
-              auto t = std::make_shared<std::vector<uint16_t>>(
+              auto t = std::make_shared<aligned_vector<uint16_t>>(
                   onednn::WinogradF23Bf16::weight_elems(ws2));
               onednn::WinogradF23Bf16::transform_weights_into(
                   cw.data_as<const float>(), ws2.c, ws2.k,
@@ -705,7 +706,7 @@ class CpuEngine final : public InferenceEngine {
       size_t bytes = 0;
       for (const memory& m : wino_mems[r]) bytes = std::max(bytes, m.get_desc().get_size());
       if (bytes == 0) continue;
-      std::vector<float>& buf =
+      aligned_vector<float>& buf =
           plan->buffers.emplace_back((bytes + sizeof(float) - 1) / sizeof(float));
       for (memory& m : wino_mems[r]) m.set_data_handle(buf.data());
     }
@@ -754,9 +755,9 @@ class CpuEngine final : public InferenceEngine {
   /// The channel block of blocked_ activations: 16 on CPUs with AVX-512, else 8.
   int block_ = onednn::infer_activation_block();
   /// Our own Winograd's transformed weights by program op (file comment), for every plan.
-  std::map<int, std::shared_ptr<const std::vector<float>>> wino_weights_;
+  std::map<int, std::shared_ptr<const aligned_vector<float>>> wino_weights_;
   /// The same for the bf16 Winograd F(2x2, 3x3) (16 x C x K bf16).
-  std::map<int, std::shared_ptr<const std::vector<uint16_t>>> wino_bf16_weights_;
+  std::map<int, std::shared_ptr<const aligned_vector<uint16_t>>> wino_bf16_weights_;
   dnnl::engine eng_;
   dnnl::stream strm_;
   std::mutex mu_;

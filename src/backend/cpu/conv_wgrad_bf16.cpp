@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/aligned.h"
 #include "core/check.h"
 
 #if defined(__AVX512BF16__) && defined(__AVX512BW__) && !defined(__AMX_BF16__)
@@ -191,7 +192,7 @@ void run_share(const WgradGeo& g, const Share& s, const uint16_t* x, const uint1
   const int64_t OH = g.OH(), OW = g.OW(), C = g.C, K = g.K, cols = g.cols();
   const int64_t rows = s.m1 - s.m0;
   if (rows <= 0 || s.n1 <= s.n0 || pend <= pbeg) return;
-  thread_local std::vector<uint16_t> apack, tapack, bpack;
+  thread_local aligned_vector<uint16_t> apack, tapack, bpack;
   thread_local std::vector<const uint16_t*> xrows, dyrows, tdyrows;
   thread_local std::vector<int64_t> origin;  // per pixel of the chunk: n, ih0, iw0
   thread_local NextChunk next;

@@ -55,7 +55,7 @@ constexpr ProfileOp kWinoWgradTiles{"winograd tiles (conv bwd_weights)", "reorde
 
 /// A conv direction's op and its transformed-weights buffer (written on every call).
 struct WinoEntry : CacheEntry {
-  std::shared_ptr<std::vector<float>> u;
+  std::shared_ptr<aligned_vector<float>> u;
   std::unique_ptr<WinogradF43Conv> conv;
 };
 
@@ -72,7 +72,7 @@ WinoEntry& entry_for(OnednnBackend& be, ConvDir dir, const Tensor& act, const Te
   return be.cached<WinoEntry>(k, [&] {
     auto r = std::make_unique<WinoEntry>();
     const WinogradF43Conv::Shape s = shape_of(dir, act, out);
-    r->u = std::make_shared<std::vector<float>>(WinogradF43Conv::weight_bytes(s) / sizeof(float));
+    r->u = std::make_shared<aligned_vector<float>>(WinogradF43Conv::weight_bytes(s) / sizeof(float));
     r->conv = std::make_unique<WinogradF43Conv>(s, r->u, nullptr, false, false);
     return r;
   });
@@ -81,7 +81,7 @@ WinoEntry& entry_for(OnednnBackend& be, ConvDir dir, const Tensor& act, const Te
 /// A bf16 conv direction's op (F(2x2, 3x3)) and its transformed-weights buffer (written on
 /// every call).
 struct WinoBf16Entry : CacheEntry {
-  std::vector<uint16_t> u;
+  aligned_vector<uint16_t> u;
   std::unique_ptr<WinogradF23Bf16> conv;
 };
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cpu/winograd_products.h"
+#include "core/aligned.h"
 #include "core/bf16.h"
 #include "core/check.h"
 
@@ -261,8 +262,8 @@ struct WinogradF23Bf16::Impl {
   memory::desc ud;  ///< U (16, C, K) bf16
   std::unique_ptr<ChunkProducts> products;
   /// Per thread: V (16, chunk, C) bf16, M (16, chunk, K) f32.
-  std::vector<std::vector<uint16_t>> v;
-  std::vector<std::vector<float>> m;
+  std::vector<aligned_vector<uint16_t>> v;
+  std::vector<aligned_vector<float>> m;
 
 #if RN50_WINO_BF16
   /// M (16, rows, K) f32 of tiles [p0, p0 + rows) into y: A^T m A with ep's bias, residual
@@ -324,8 +325,8 @@ WinogradF23Bf16::WinogradF23Bf16(const dnnl::engine& eng, const Shape& s, const 
   im.ud = memory::desc({16, s.c, s.k}, dt::bf16, tag::abc);
   im.products = std::make_unique<ChunkProducts>(eng, im.ud, dt::bf16, im.chunk, last, im.nthr);
   const auto threads = static_cast<size_t>(im.nthr);
-  im.v.assign(threads, std::vector<uint16_t>(static_cast<size_t>(16 * im.chunk * s.c)));
-  im.m.assign(threads, std::vector<float>(static_cast<size_t>(16 * im.chunk * s.k)));
+  im.v.assign(threads, aligned_vector<uint16_t>(static_cast<size_t>(16 * im.chunk * s.c)));
+  im.m.assign(threads, aligned_vector<float>(static_cast<size_t>(16 * im.chunk * s.k)));
 }
 
 WinogradF23Bf16::WinogradF23Bf16(const dnnl::engine& eng, const Shape& s)

@@ -208,10 +208,10 @@ void WinogradF43Conv::transform_weights_into(const float* w, int64_t c, int64_t 
   });
 }
 
-std::shared_ptr<const std::vector<float>> WinogradF43Conv::transform_weights(const float* w,
+std::shared_ptr<const aligned_vector<float>> WinogradF43Conv::transform_weights(const float* w,
                                                                              int64_t c,
                                                                              int64_t k) {
-  auto u = std::make_shared<std::vector<float>>(static_cast<size_t>(36 * c * k));
+  auto u = std::make_shared<aligned_vector<float>>(static_cast<size_t>(36 * c * k));
   transform_weights_into(w, c, k, WeightOrder::oihw, u->data());
   return u;
 }
@@ -255,7 +255,7 @@ class TileSink {
         base_(out),
         pos_(pos_stride) {
     if (staged_) {
-      thread_local std::vector<float> stage;
+      thread_local aligned_vector<float> stage;
       stride_ = std::max<int64_t>(1, kStageFloats / (36 * ch));
       if (stage.size() < static_cast<size_t>(36 * stride_ * ch))
         stage.resize(static_cast<size_t>(36 * stride_ * ch));
@@ -419,8 +419,8 @@ namespace {
 /// Winograd convs cycled ~20 MiB through them at batch 1: every store of the input
 /// transform then fetched its line from memory).
 float* thread_scratch(int which, size_t floats) {
-  thread_local std::vector<float> buf[2];
-  std::vector<float>& b = buf[which];
+  thread_local aligned_vector<float> buf[2];
+  aligned_vector<float>& b = buf[which];
   if (b.size() < floats) b.resize(floats);
   return b.data();
 }
@@ -428,7 +428,7 @@ float* thread_scratch(int which, size_t floats) {
 
 struct WinogradF43Conv::Impl {
   Shape s;
-  std::shared_ptr<const std::vector<float>> u;
+  std::shared_ptr<const aligned_vector<float>> u;
   const float* bias = nullptr;
   bool relu = false, accumulate = false;
   int64_t th = 0, tw = 0, p = 0, chunk = 0;
@@ -470,7 +470,7 @@ struct WinogradF43Conv::Impl {
   }
 };
 
-WinogradF43Conv::WinogradF43Conv(const Shape& s, std::shared_ptr<const std::vector<float>> u,
+WinogradF43Conv::WinogradF43Conv(const Shape& s, std::shared_ptr<const aligned_vector<float>> u,
                                  const float* bias, bool relu, bool accumulate)
     : impl_(std::make_unique<Impl>()) {
   RN50_CHECK(s.c % kL == 0 && s.k % kL == 0 && s.n > 0 && s.h > 0 && s.w > 0,

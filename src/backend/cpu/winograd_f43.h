@@ -9,6 +9,8 @@
 #include <optional>
 #include <vector>
 
+#include "core/aligned.h"
+
 namespace rn50::onednn {
 
 /// Y = ReLU?(conv3x3(X, W) + b (+ Y)) with stride 1 and zero padding 1, computed as Winograd
@@ -50,7 +52,7 @@ class WinogradF43Conv {
   /// 6x6 position xi for every (c, k), each U[xi] (C x K, at xi x C x K) panel-packed as the
   /// products read it (gemm_f32_panels.h: panel_offset). Shared by the plans of every batch
   /// size of one layer.
-  static std::shared_ptr<const std::vector<float>> transform_weights(const float* w, int64_t c,
+  static std::shared_ptr<const aligned_vector<float>> transform_weights(const float* w, int64_t c,
                                                                      int64_t k);
   /// U (36, c, k) f32 (panel-packed as above) of the conv with c input and k output channels
   /// into `u`, from `w` read as `order` says (for the *_bwd_data orders w is the forward conv's
@@ -91,7 +93,7 @@ class WinogradF43Conv {
   /// again between runs, as training does). `accumulate` adds Y's previous contents (the
   /// residual) before the ReLU. Throws rn50::Error when C or K is not a multiple of 8 or U has
   /// another layer's size.
-  WinogradF43Conv(const Shape& s, std::shared_ptr<const std::vector<float>> u, const float* bias,
+  WinogradF43Conv(const Shape& s, std::shared_ptr<const aligned_vector<float>> u, const float* bias,
                   bool relu, bool accumulate);
   ~WinogradF43Conv();
   WinogradF43Conv(const WinogradF43Conv&) = delete;

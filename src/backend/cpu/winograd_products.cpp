@@ -29,7 +29,7 @@ ChunkProducts::ChunkProducts(const dnnl::engine& eng, const memory::desc& u, mem
     scratch_desc_[i] = pd.scratchpad_desc();
     scratch = std::max(scratch, pd.scratchpad_desc().get_size());
   }
-  scratch_.assign(static_cast<size_t>(threads), std::vector<char>(scratch));
+  scratch_.assign(static_cast<size_t>(threads), aligned_vector<char>(scratch));
   for (int t = 0; t < threads; ++t) streams_.emplace_back(eng);
 }
 

@@ -11,6 +11,7 @@
 
 #include <dnnl.hpp>
 
+#include "core/aligned.h"
 #include "core/bf16.h"
 
 namespace rn50::onednn {
@@ -37,7 +38,7 @@ class ChunkProducts {
   dnnl::memory::data_type src_;
   dnnl::matmul mm_[2];  ///< the full chunk's [0] and the shorter last one's [1]
   dnnl::memory::desc scratch_desc_[2];
-  std::vector<std::vector<char>> scratch_;  ///< per thread
+  std::vector<aligned_vector<char>> scratch_;  ///< per thread
   std::vector<dnnl::stream> streams_;       ///< per thread
 };
 
