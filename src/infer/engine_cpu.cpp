@@ -3,9 +3,10 @@
 // Per input shape a Plan holds one oneDNN primitive per program op (forward_inference), the
 // activation buffers and the weights packed in the layout each convolution chose
 // (format_tag::any), built once:
-//   conv            convolution_forward with bias; post-ops: sum (the destination is the
-//                   residual's own buffer: the adding conv is the shortcut's last reader) then
-//                   eltwise_relu
+//   conv            convolution_forward with bias; post-ops: the shortcut's add (the
+//                   destination is the residual's own buffer: the adding conv is the shortcut's
+//                   last reader), as a sum post-op or, where oneDNN's sum is slow, a binary add
+//                   reading that buffer (infer/conv_epilogue.h), then eltwise_relu
 //   maxpool         pooling_forward, pooling_max
 //   global avgpool  pooling_forward, pooling_avg_exclude_padding over the whole plane
 //   fc              inner_product_forward with bias
@@ -61,6 +62,7 @@
 #include "core/aligned.h"
 #include "core/check.h"
 #include "core/fake_quant.h"
+#include "infer/conv_epilogue.h"
 #include "infer/engine_impl.h"
 #include "infer/quantize.h"
 #include "rn50/profile.h"
@@ -502,37 +504,38 @@ class CpuEngine final : public InferenceEngine {
                 wino ? wsrc : src, w_any, b_md, wino ? wdst : dst, {c.stride, c.stride},
                 {c.pad, c.pad}, {c.pad, c.pad});
           };
-          dnnl::post_ops po;
-          dnnl::primitive_attr attr;
+          // The epilogue (infer/conv_epilogue.h): output scales, the shortcut, the ReLU.
+          onednn::ConvEpilogue ep;
           std::vector<float> w_scale;  // int8: per output channel, real W = q * w_scale[k]
           const float* bias = op.bias.data_as<const float>();
+          if (nd.res >= 0) {
+            ep.residual = true;
+            ep.residual_md = act_md(nd.res);
+          }
           if (q) {
             w_scale = quant::weight_scales(op.weight, quant::weight_code_max(qat));
             // dst = oscale[k] * (acc + bias'[k]) (+ sum) then ReLU, with acc in units of
             // s_in * w_scale[k]: bias' = b / (s_in w_scale[k]), oscale = s_in w_scale[k] / s_out.
-            std::vector<float> os(w_scale.size());
+            ep.output_scales.resize(w_scale.size());
             std::vector<float>& qb = plan->biases.emplace_back(w_scale.size());
             for (size_t k = 0; k < w_scale.size(); ++k) {
-              os[k] = s_in * w_scale[k] / s_out;
+              ep.output_scales[k] = s_in * w_scale[k] / s_out;
               qb[k] = op.bias.data_as<const float>()[k] / (s_in * w_scale[k]);
             }
-            attr.set_output_scales(1 << 1, os);
             bias = qb.data();
-            if (nd.res >= 0)
-              po.append_sum(scale[static_cast<size_t>(nd.res)] / s_out,
-                            vdt[static_cast<size_t>(nd.res)]);
-          } else if (nd.res >= 0) {
-            po.append_sum(1.f);
+            if (nd.res >= 0) ep.residual_scale = scale[static_cast<size_t>(nd.res)] / s_out;
           }
           if (q && qat) {
             // The codes QAT's fake quantizer can give (after the output scale, before
             // rounding; clipping at integers commutes with the rounding): [0, 127] with the
             // ReLU, [-127, 127] without (s8 alone would reach -128).
-            po.append_eltwise(1.f, algorithm::eltwise_clip, op.relu ? 0.f : -127.f, 127.f);
+            ep.tail = algorithm::eltwise_clip;
+            ep.tail_alpha = op.relu ? 0.f : -127.f;
+            ep.tail_beta = 127.f;
           } else if (op.relu) {
-            po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+            ep.tail = algorithm::eltwise_relu;
           }
-          attr.set_post_ops(po);
+          const dnnl::primitive_attr attr = ep.sum_attr();
           dnnl::convolution_forward::primitive_desc pd;
           bool wino = false;
           if (try_wino) {
@@ -607,7 +610,12 @@ class CpuEngine final : public InferenceEngine {
             push_own(u_m);
             continue;
           }
-          if (!wino) pd = dnnl::convolution_forward::primitive_desc(conv_desc(false), attr, eng_);
+          int binary_post_op = -1;  // the shortcut as a binary add: its post-op index
+          if (!wino) {
+            onednn::EpilogueConv ec = onednn::make_epilogue_conv(conv_desc(false), ep, eng_);
+            pd = ec.pd;
+            binary_post_op = ec.binary_post_op;
+          }
           st.prim = dnnl::convolution_forward(pd);
           const memory w =
               pack(cw, memory::desc(wd, dt::f32, tag::oihw), pd.weights_desc(), w_scale);
@@ -616,6 +624,9 @@ class CpuEngine final : public InferenceEngine {
                      {DNNL_ARG_WEIGHTS, w},
                      {DNNL_ARG_BIAS, b},
                      {DNNL_ARG_DST, dst_m}};
+          // The binary add reads the shortcut from the destination's own buffer.
+          if (binary_post_op >= 0)
+            st.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(binary_post_op) | DNNL_ARG_SRC_1] = dst_m;
           plan->packed.push_back(w);
           plan->packed.push_back(b);
           // A Winograd conv whose layouts are the buffers' (nChw16c) reads and writes them as

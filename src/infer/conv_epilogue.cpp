@@ -1,0 +1,114 @@
+// rn50 inference: a CPU conv's epilogue and the choice of how it adds the shortcut
+// (conv_epilogue.h).
+#include "infer/conv_epilogue.h"
+
+#include <atomic>
+#include <cmath>
+#include <string>
+
+namespace rn50::onednn {
+namespace {
+
+using dt = dnnl::memory::data_type;
+
+/// The smallest destination for which the automatic rule takes the binary add. brgconv_1x1's
+/// sum post-op is slow only on large tensors: on the Zen 5 EPYC of conv_epilogue.h (median of
+/// 12 calls, ms, sum / binary add) bf16 64 -> 256 channels at 56x56: batch 1 (1.6 MB) 0.19 /
+/// 0.16 (caches warm), batch 8 (12.8 MB) 1.41 / 1.29, batch 16 5.53 / 2.67; bf16 128 -> 512 at
+/// 28x28, batch 12 (9.6 MB) 1.80 / 1.64, batch 16 3.56 / 2.25; INT8 64 -> 256 at 56x56, batch
+/// 16 (12.8 MB) 3.07 / 1.84, INT8 at 6.4 MB (256 -> 1024 at 14x14, batch 32; 128 -> 512 at
+/// 28x28, batch 16) level, and at batch 1 the sum ahead (0.09-0.11 / 0.09-0.14).
+constexpr size_t kBinaryJoinMinBytes = size_t{8} << 20;
+
+/// set_residual_join's override: -1 none, else the ResidualJoin's value.
+std::atomic<int> g_join_override{-1};
+
+/// The tail post-op (ReLU or clip), if any.
+void append_tail(const ConvEpilogue& e, dnnl::post_ops& po) {
+  if (e.tail != dnnl::algorithm::undef) po.append_eltwise(1.f, e.tail, e.tail_alpha, e.tail_beta);
+}
+
+/// The attributes with the shortcut as a binary add (file comment of conv_epilogue.h): output
+/// scales over r (or 1 / r for floats), the add, the scale r as eltwise_linear, the tail.
+dnnl::primitive_attr binary_attr(const ConvEpilogue& e) {
+  const float r = e.residual_scale;
+  dnnl::primitive_attr attr;
+  dnnl::post_ops po;
+  if (!e.output_scales.empty()) {
+    std::vector<float> os(e.output_scales);
+    for (float& s : os) s /= r;
+    attr.set_output_scales(1 << 1, os);
+  } else if (r != 1.f) {
+    po.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, 1.f / r, 0.f);
+  }
+  po.append_binary(dnnl::algorithm::binary_add, e.residual_md);
+  if (r != 1.f) po.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, r, 0.f);
+  append_tail(e, po);
+  attr.set_post_ops(po);
+  return attr;
+}
+
+/// The implementation name's kernel and instruction set ("brgconv_1x1", "avx512_core_vnni").
+std::pair<std::string, std::string> kernel_and_isa(const dnnl::primitive_desc_base& pd) {
+  const std::string s = pd.impl_info_str();
+  const size_t colon = s.find(':');
+  if (colon == std::string::npos) return {s, ""};
+  return {s.substr(0, colon), s.substr(colon + 1)};
+}
+
+}  // namespace
+
+ResidualJoin residual_join() {
+  const int o = g_join_override.load(std::memory_order_relaxed);
+  return o < 0 ? ResidualJoin::automatic : static_cast<ResidualJoin>(o);
+}
+
+void set_residual_join(std::optional<ResidualJoin> j) {
+  g_join_override.store(j ? static_cast<int>(*j) : -1, std::memory_order_relaxed);
+}
+
+dnnl::primitive_attr ConvEpilogue::sum_attr() const {
+  dnnl::primitive_attr attr;
+  if (!output_scales.empty()) attr.set_output_scales(1 << 1, output_scales);
+  dnnl::post_ops po;
+  if (residual) po.append_sum(residual_scale, residual_md.data_type());
+  append_tail(*this, po);
+  attr.set_post_ops(po);
+  return attr;
+}
+
+EpilogueConv make_epilogue_conv(const dnnl::convolution_forward::desc& d, const ConvEpilogue& e,
+                                const dnnl::engine& eng) {
+  EpilogueConv out{dnnl::convolution_forward::primitive_desc(d, e.sum_attr(), eng), -1};
+  const ResidualJoin policy = residual_join();
+  const float r = e.residual_scale;
+  // Never into f32: an f32 jit 1x1 kernel may keep partial sums in the destination, which is
+  // also the binary add's source here.
+  if (!e.residual || policy == ResidualJoin::sum || !(r > 0.f) || !std::isfinite(r) ||
+      out.pd.dst_desc().data_type() == dt::f32)
+    return out;
+  dnnl::convolution_forward::primitive_desc bin;
+  try {
+    bin = dnnl::convolution_forward::primitive_desc(d, binary_attr(e), eng);
+  } catch (const dnnl::error&) {
+    return out;  // no implementation takes the binary add here
+  }
+  if (policy == ResidualJoin::automatic) {
+    // The measured case only (conv_epilogue.h): brgconv_1x1's sum against the jit 1x1
+    // kernel's binary add on the same instruction set, without AMX.
+    const auto [sum_kernel, sum_isa] = kernel_and_isa(out.pd);
+    const auto [bin_kernel, bin_isa] = kernel_and_isa(bin);
+    const bool measured = out.pd.dst_desc().get_size() >= kBinaryJoinMinBytes &&
+                          sum_kernel == "brgconv_1x1" &&
+                          sum_isa.find("amx") == std::string::npos &&
+                          bin_kernel.rfind("jit_", 0) == 0 &&
+                          bin_kernel.find("1x1") != std::string::npos && bin_isa == sum_isa;
+    if (!measured) return out;
+  }
+  // The binary post-op's index: after the linear scale of floats with r != 1 (binary_attr).
+  out.binary_post_op = e.output_scales.empty() && r != 1.f ? 1 : 0;
+  out.pd = bin;
+  return out;
+}
+
+}  // namespace rn50::onednn

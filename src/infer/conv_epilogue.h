@@ -1,0 +1,76 @@
+// rn50 inference: what a CPU engine conv does after its multiply-adds (the epilogue), as oneDNN
+// attributes: output scales (INT8), the residual shortcut's add, then a ReLU or QAT's clip. One
+// place decides how the shortcut is added:
+//   sum post-op     dst = tail(oscale * (acc + bias) + r * dst_old): oneDNN's in-place way, the
+//                   destination being the shortcut's own buffer (the engine's liveness rule);
+//   binary add      dst = tail(r * (oscale / r * (acc + bias) + residual)), the residual read
+//                   through a binary post-op whose source is that same buffer.
+// Both are the same sum in f32 (the binary form moves r around the add: the codes can differ by
+// one where a value lands on a rounding tie). Why two: on an AMD Zen 5 EPYC (AVX-512 BF16 and
+// VNNI, no AMX) oneDNN 2.6 runs every residual 1x1 conv of ResNet-50 in brgconv_1x1, whose sum
+// post-op costs as much as the convolution (batch 32, 224 px, bf16, median of 12 calls with the
+// caches evicted: 64 -> 256 channels at 56x56 4.47 ms without the sum, 10.27 ms with it; INT8
+// 2.73 / 7.85 ms), while brgconv_1x1 takes no full-tensor binary post-op and oneDNN gives it to
+// its older jit 1x1 kernel, whose fused add is cheap (bf16 5.10 ms, INT8 3.27 ms; at 28x28 with
+// 128 -> 512 channels bf16 4.52 against 7.00, INT8 2.53 against 4.68; at 7x7 level).
+#pragma once
+
+#include <dnnl.hpp>
+#include <optional>
+#include <vector>
+
+namespace rn50::onednn {
+
+/// How a CPU inference conv adds its residual shortcut (file comment).
+///  * automatic: the binary add where the destination has 8 MiB or more (smaller ones stay in
+///    the caches, where the sum is as fast or faster) and oneDNN would run the sum post-op in
+///    brgconv_1x1 (not on AMX, unmeasured there) and runs the binary add in its jit 1x1 kernel
+///    of the same instruction set; else the sum post-op.
+///  * sum: always the sum post-op.
+///  * binary: the binary add wherever oneDNN builds it (the tests: the path on any CPU).
+/// Whatever the policy, a conv with an f32 destination keeps the sum post-op: an f32 jit 1x1
+/// kernel may keep partial sums in the destination, which is also the shortcut here (bf16 and
+/// 8-bit kernels accumulate in registers or an f32 buffer of their own).
+enum class ResidualJoin { automatic, sum, binary };
+
+/// The active policy: set_residual_join's, else automatic.
+ResidualJoin residual_join();
+/// Overrides the policy for the plans built after the call (tests; benchmarks of one against
+/// the other); std::nullopt hands the choice back to the rule.
+void set_residual_join(std::optional<ResidualJoin> j);
+
+/// A conv's epilogue, in the order oneDNN applies it.
+struct ConvEpilogue {
+  /// INT8: per output channel k, dst = oscale[k] * (acc + bias[k]) (mask 1 << 1); empty for
+  /// floats (no scaling).
+  std::vector<float> output_scales;
+  /// Whether the conv adds a shortcut stored in the destination's buffer.
+  bool residual = false;
+  /// The shortcut's weight in destination units (INT8: shortcut scale / destination scale;
+  /// floats: 1) and its memory (the destination's dims and layout; INT8: u8 or s8, maybe not
+  /// the destination's data type).
+  float residual_scale = 1.f;
+  dnnl::memory::desc residual_md;
+  /// The last post-op: eltwise_relu, eltwise_clip [alpha, beta] (QAT's codes), or undef (none).
+  dnnl::algorithm tail = dnnl::algorithm::undef;
+  float tail_alpha = 0.f, tail_beta = 0.f;
+
+  /// The attributes with the shortcut (if any) as a sum post-op.
+  dnnl::primitive_attr sum_attr() const;
+};
+
+/// A conv's primitive descriptor and, when the shortcut is a binary post-op, that post-op's
+/// index (execute with DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1 bound to the
+/// destination's memory); -1 for the sum post-op or no shortcut.
+struct EpilogueConv {
+  dnnl::convolution_forward::primitive_desc pd;
+  int binary_post_op = -1;
+};
+
+/// The primitive descriptor of forward-inference conv `d` (direct algorithm, fixed src/dst
+/// layouts) with epilogue `e`, the shortcut joined as residual_join() decides (file comment).
+/// Throws dnnl::error when oneDNN has no implementation even with the sum post-op.
+EpilogueConv make_epilogue_conv(const dnnl::convolution_forward::desc& d, const ConvEpilogue& e,
+                                const dnnl::engine& eng);
+
+}  // namespace rn50::onednn
