@@ -147,12 +147,19 @@ TEST(ConvIm2colPolicy, WhichWeightGradientsRunAsIm2col) {
     EXPECT_EQ(onednn::conv_bwd_weights_as_im2col(s2, x28, w3b, dys2), has_amx)
         << "stride 2 to 14x14";
     EXPECT_FALSE(onednn::conv_bwd_weights_as_im2col(s1, x28, w3b, dy28)) << "28x28 stays direct";
-    // f32: im2col on CPUs without AVX-512 (every shape), Winograd / direct with it.
+    // f32: im2col on CPUs without AVX-512 (every shape); with it Winograd for stride 1,
+    // direct for the stem, im2col for the stride-2 3x3s.
     const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
     const bool has_avx512 =
         (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & avx512) == avx512;
     EXPECT_EQ(onednn::conv_bwd_weights_as_im2col(s1, xf, wf, dyf), !has_avx512) << "f32";
     EXPECT_FALSE(onednn::conv_bwd_weights_as_im2col({1, 0}, xf, w1, dyf)) << "f32 1x1";
+    const Tensor xf28 = meta({2, 256, 28, 28}, F, NHWC);
+    EXPECT_TRUE(onednn::conv_bwd_weights_as_im2col(s2, xf28, wf, dyf)) << "f32 3x3 stride 2";
+    const Tensor xstem = meta({2, 3, 56, 56}, F, NHWC), dystem = meta({2, 64, 28, 28}, F, NHWC);
+    const Tensor wstem = meta({64, 3, 7, 7}, F, NCHW);
+    EXPECT_EQ(onednn::conv_bwd_weights_as_im2col({2, 3}, xstem, wstem, dystem), !has_avx512)
+        << "f32 stem";
   }
 }
 

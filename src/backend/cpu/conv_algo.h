@@ -20,6 +20,7 @@ namespace rn50::onednn {
 ///    or fewer as im2col + matmuls on AMX CPUs (1.5-4x the direct kernel; conv_im2col.cpp), and
 ///    the f32 weight gradient of every KxK NHWC conv as im2col + matmuls on CPUs without
 ///    AVX-512 (1.3-2.1x oneDNN's jit:avx2 kernel at ResNet-50's shapes; no Winograd there), and
+///    with AVX-512 that of the stride-2 3x3s (1.2-1.4x oneDNN's jit:avx512_core kernel), and
 ///    there f32 3x3 stride-1 NHWC convs as our own Winograd F(4x4, 3x3) (conv_winograd.cpp;
 ///    forward and backward data on our panel GEMM, the weight gradient's products on oneDNN's
 ///    batched matmul) where it has enough tiles, in all three directions (the weight
@@ -61,8 +62,8 @@ struct ConvShapeInfo {
 /// Whether the weight gradient of a KxK convolution (R x S above 1 x 1) with NHWC activations
 /// of dtype `dt` runs as im2col + matmuls (conv_im2col.cpp) under conv_algo(): always with
 /// `matmul` (f32, bf16); with `automatic` for bf16 on CPUs with AMX at the shapes where it was
-/// measured faster than oneDNN's direct kernel, and for f32 on CPUs without AVX-512 (see the
-/// definition); never with `direct`.
+/// measured faster than oneDNN's direct kernel, and for f32 on CPUs without AVX-512 and for
+/// f32 3x3 stride-2 convs with it (see the definition); never with `direct`.
 bool conv_im2col_allowed(DType dt, const ConvShapeInfo& s);
 
 /// Whether direction `dir` of a 1x1 pad-0 convolution (any stride) with NHWC activations of

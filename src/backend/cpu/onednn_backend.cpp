@@ -317,8 +317,11 @@ bool conv_im2col_allowed(DType dt, const ConvShapeInfo& s) {
   // BM_ConvBwdWeightsF32, medians of 3, 2-core AVX2-only EPYC, direct / im2col ms: stem
   // 153 / 108, 64->64 at 56x56 146 / 79, 128 stride 2 148 / 69, 128 at 28x28 101 / 69, 256
   // stride 2 121 / 75, 256 at 14x14 100 / 75, 512 stride 2 156 / 74, 512 at 7x7 118 / 66: every
-  // shape (1.3-2.1x). With AVX-512, f32 keeps Winograd / direct.
-  if (dt == DType::f32) return !cpu_has_avx512();
+  // shape (1.3-2.1x). With AVX-512 the stride-1 3x3s are Winograd's and the stem stays direct
+  // (2-core Zen 5 EPYC, same bench, direct / im2col ms: 28.5 / 61.0), but the stride-2 3x3s
+  // leave oneDNN's jit:avx512_core kernel (its 128 / 256 / 512-channel ones 36.6 / 25.8, 31.8 /
+  // 26.9, 31.2 / 24.8: 200-237 against 275-298 GFLOP/s of a 449 peak).
+  if (dt == DType::f32) return !cpu_has_avx512() || (s.R == 3 && s.stride == 2);
   if (dt != DType::bf16 || !cpu_has_amx()) return false;
   return s.out_pixels <= 14 * 14;
 }
