@@ -207,9 +207,27 @@ TEST(ConvEpilogue, BinaryAddOverTheShortcutsBufferEqualsTheSumPostOp) {
   if (cpu_has_avx512()) EXPECT_EQ(binary_built, static_cast<int>(cases.size()));
 }
 
+/// The conv executions in oneDNN's verbose lines of `eng`'s first run on `x` whose post-ops
+/// include a binary add.
+int binary_add_convs(InferenceEngine& eng, const Tensor& x, Tensor* logits) {
+  dnnl::set_verbose(2);
+  ::testing::internal::CaptureStdout();
+  *logits = eng.run(x);
+  std::fflush(stdout);
+  dnnl::set_verbose(0);
+  const std::string log = ::testing::internal::GetCapturedStdout();
+  int n = 0;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);)
+    n += line.find("onednn_verbose,exec") == 0 && line.find(",convolution,") != std::string::npos &&
+         line.find("binary_add") != std::string::npos;
+  return n;
+}
+
 // A whole ResNet-50 engine, bf16 and INT8, with every shortcut joined by the binary add
 // against every one by the sum: the same logits within the precision's rounding, and the
-// binary path in use (oneDNN's verbose lines name the post-op).
+// binary path in use (oneDNN's verbose lines name the post-op); a batch-invariant engine (rn50
+// serve's) keeps the sum whatever the policy.
 TEST(ConvEpilogue, ResNet50EnginesAgreeWithEitherJoin) {
   const InferenceProgram p = random_program("resnet50", 10, 61, 0.3f);
   const Tensor x = random_images(2, 64, 62);
@@ -231,20 +249,14 @@ TEST(ConvEpilogue, ResNet50EnginesAgreeWithEitherJoin) {
     {
       const JoinPolicy j(ResidualJoin::binary);
       auto eng = make_inference_engine(prog, o);
-      dnnl::set_verbose(2);
-      ::testing::internal::CaptureStdout();
-      with_binary = eng->run(x);
-      std::fflush(stdout);
-      dnnl::set_verbose(0);
-      const std::string log = ::testing::internal::GetCapturedStdout();
-      int binary_convs = 0;
-      std::istringstream in(log);
-      for (std::string line; std::getline(in, line);)
-        binary_convs += line.find("onednn_verbose,exec") == 0 &&
-                        line.find(",convolution,") != std::string::npos &&
-                        line.find("binary_add") != std::string::npos;
       // ResNet-50's 16 blocks each add a shortcut in their last 1x1 conv.
+      const int binary_convs = binary_add_convs(*eng, x, &with_binary);
       if (cpu_has_avx512()) EXPECT_EQ(binary_convs, 16) << precision;
+      EngineOptions inv = o;
+      inv.batch_invariant = true;
+      Tensor unused;
+      EXPECT_EQ(binary_add_convs(*make_inference_engine(prog, inv), x, &unused), 0)
+          << precision << ": a batch-invariant engine joined by a binary add";
     }
     const double rel = rel_l2(with_binary, with_sum);
     std::printf("resnet50 %s: binary add vs sum post-op logits, relative L2 %.2e\n", precision,

@@ -78,14 +78,14 @@ dnnl::primitive_attr ConvEpilogue::sum_attr() const {
 }
 
 EpilogueConv make_epilogue_conv(const dnnl::convolution_forward::desc& d, const ConvEpilogue& e,
-                                const dnnl::engine& eng) {
+                                const dnnl::engine& eng, bool batch_invariant) {
   EpilogueConv out{dnnl::convolution_forward::primitive_desc(d, e.sum_attr(), eng), -1};
   const ResidualJoin policy = residual_join();
   const float r = e.residual_scale;
-  // Never into f32: an f32 jit 1x1 kernel may keep partial sums in the destination, which is
-  // also the binary add's source here.
-  if (!e.residual || policy == ResidualJoin::sum || !(r > 0.f) || !std::isfinite(r) ||
-      out.pd.dst_desc().data_type() == dt::f32)
+  // Never into f32 (an f32 jit 1x1 kernel may keep partial sums in the destination, which is
+  // also the binary add's source here) nor for a batch-invariant engine (the declaration).
+  if (!e.residual || batch_invariant || policy == ResidualJoin::sum || !(r > 0.f) ||
+      !std::isfinite(r) || out.pd.dst_desc().data_type() == dt::f32)
     return out;
   dnnl::convolution_forward::primitive_desc bin;
   try {

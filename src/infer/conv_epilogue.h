@@ -68,9 +68,12 @@ struct EpilogueConv {
 };
 
 /// The primitive descriptor of forward-inference conv `d` (direct algorithm, fixed src/dst
-/// layouts) with epilogue `e`, the shortcut joined as residual_join() decides (file comment).
-/// Throws dnnl::error when oneDNN has no implementation even with the sum post-op.
+/// layouts) with epilogue `e`, the shortcut joined as residual_join() decides (file comment),
+/// or always by the sum post-op when `batch_invariant` (the automatic rule picks by the
+/// destination's size, so batches of other sizes would run other kernels, whose sums may
+/// round in another order). Throws dnnl::error when oneDNN has no implementation even with the
+/// sum post-op.
 EpilogueConv make_epilogue_conv(const dnnl::convolution_forward::desc& d, const ConvEpilogue& e,
-                                const dnnl::engine& eng);
+                                const dnnl::engine& eng, bool batch_invariant = false);
 
 }  // namespace rn50::onednn

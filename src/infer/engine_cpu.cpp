@@ -612,7 +612,8 @@ class CpuEngine final : public InferenceEngine {
           }
           int binary_post_op = -1;  // the shortcut as a binary add: its post-op index
           if (!wino) {
-            onednn::EpilogueConv ec = onednn::make_epilogue_conv(conv_desc(false), ep, eng_);
+            onednn::EpilogueConv ec =
+                onednn::make_epilogue_conv(conv_desc(false), ep, eng_, batch_invariant_);
             pd = ec.pd;
             binary_post_op = ec.binary_post_op;
           }
