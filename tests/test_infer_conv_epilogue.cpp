@@ -6,6 +6,7 @@
 // convs whose binary form runs in oneDNN's jit 1x1 kernel of the same instruction set.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <dnnl.hpp>
@@ -135,7 +136,7 @@ Outcome run_case(const Case& cs, ResidualJoin j, uint64_t seed, std::vector<doub
         double v = (q ? e.output_scales[static_cast<size_t>(k)] * acc : acc) +
                    double(e.residual_scale) * value_at(dbuf.data(), cs.res_dt, i);
         if (cs.tail == dnnl::algorithm::eltwise_relu) v = std::max(v, 0.0);
-        if (cs.tail == dnnl::algorithm::eltwise_clip) v = std::min<double>(std::max<double>(v, cs.lo), cs.hi);
+        if (cs.tail == dnnl::algorithm::eltwise_clip) v = std::clamp<double>(v, cs.lo, cs.hi);
         (*ref)[static_cast<size_t>(i)] = v;
       }
   }
@@ -200,11 +201,15 @@ TEST(ConvEpilogue, BinaryAddOverTheShortcutsBufferEqualsTheSumPostOp) {
       }
     }
     // One-off codes only next to ties (the f32 sums round differently from float64).
-    if (q) EXPECT_LT(off_by_one, static_cast<int64_t>(ref.size() / 50)) << cs.name;
+    if (q) {
+      EXPECT_LT(off_by_one, static_cast<int64_t>(ref.size() / 50)) << cs.name;
+    }
     EXPECT_GT(nonzero, static_cast<int64_t>(ref.size() / 4)) << cs.name << ": outputs all zero";
   }
   // On AVX-512 CPUs oneDNN builds the binary form for every case.
-  if (cpu_has_avx512()) EXPECT_EQ(binary_built, static_cast<int>(cases.size()));
+  if (cpu_has_avx512()) {
+    EXPECT_EQ(binary_built, static_cast<int>(cases.size()));
+  }
 }
 
 /// The conv executions in oneDNN's verbose lines of `eng`'s first run on `x` whose post-ops
@@ -251,7 +256,9 @@ TEST(ConvEpilogue, ResNet50EnginesAgreeWithEitherJoin) {
       auto eng = make_inference_engine(prog, o);
       // ResNet-50's 16 blocks each add a shortcut in their last 1x1 conv.
       const int binary_convs = binary_add_convs(*eng, x, &with_binary);
-      if (cpu_has_avx512()) EXPECT_EQ(binary_convs, 16) << precision;
+      if (cpu_has_avx512()) {
+        EXPECT_EQ(binary_convs, 16) << precision;
+      }
       EngineOptions inv = o;
       inv.batch_invariant = true;
       Tensor unused;
@@ -308,7 +315,9 @@ TEST(ConvEpilogue, AutomaticRuleTakesTheBinaryAddOnlyForLargeBrgemmDestinations)
       EXPECT_EQ(got.binary_post_op >= 0, expect_binary)
           << memory::data_type_size(t) << "-byte destination, batch " << n << ": sum form "
           << sum_form << ", binary form " << bin_impl;
-      if (n == 1 || t == dt::f32) EXPECT_EQ(got.binary_post_op, -1);
+      if (n == 1 || t == dt::f32) {
+        EXPECT_EQ(got.binary_post_op, -1);
+      }
     }
   }
 }
