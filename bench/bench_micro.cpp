@@ -16,11 +16,11 @@
 //                                  (see kKxK); im2col 0 oneDNN's direct kernel, 1 im2col +
 //                                  matmuls (conv_im2col.cpp). What conv_im2col_allowed's
 //                                  shape list comes from.
-//   BM_Conv1x1BwdWeightsBf16/<own>/<shape>  the bf16 weight gradient of ResNet-50's 1x1 convs
-//                                  (N=32, NHWC; k1x1): own 0 oneDNN's direct kernel, 1 our
-//                                  AVX-512 BF16 GEMM (conv_wgrad_bf16.h).
+//   BM_Conv1x1BwdWeights{Bf16,F32}/<own>/<shape>  the bf16 / f32 weight gradient of
+//                                  ResNet-50's 1x1 convs (N=32, NHWC; k1x1): own 0 oneDNN's
+//                                  direct kernel, 1 our AVX-512 GEMM (conv_wgrad_gemm.h).
 //   BM_ConvBwdWeightsBf16Own/<shape>  the bf16 weight gradient of kKxK[shape] by our own GEMM
-//                                  (conv_wgrad_bf16.h); oneDNN's: BM_ConvBwdWeightsBf16/im2col:0.
+//                                  (conv_wgrad_gemm.h); oneDNN's: BM_ConvBwdWeightsBf16/im2col:0.
 //   BM_Conv3x3InferF32/<wino>/<n>/<shape>/<cold>  an inference 3x3 stride-1 conv of
 //                                  kKxK[shape] (1, 3, 5, 7) at batch n, f32 nChw8c, bias + ReLU:
 //                                  wino 0 oneDNN's direct kernel, 1 our Winograd F(4x4, 3x3)
@@ -56,7 +56,7 @@
 #include <vector>
 
 #include "backend/cpu/batchnorm_nhwc.h"
-#include "backend/cpu/conv_wgrad_bf16.h"
+#include "backend/cpu/conv_wgrad_gemm.h"
 #include "backend/cpu/conv_algo.h"
 #include "backend/cpu/conv_im2col.h"
 #include "backend/cpu/conv_winograd.h"
@@ -250,41 +250,48 @@ constexpr KxK k1x1[] = {
     {2048, 512, 1, 1, 0, 7},  {256, 512, 1, 2, 0, 56},  {1024, 2048, 1, 2, 0, 14},
     {512, 1024, 1, 2, 0, 28}, {512, 256, 1, 1, 0, 28},  {1024, 512, 1, 1, 0, 14}};
 
-/// The bf16 weight gradient of k1x1[range(1)]: oneDNN's direct kernel (range(0) = 0, the
-/// backend under policy `direct`) or our own AVX-512 BF16 GEMM (1, conv_wgrad_bf16 called
-/// directly, at every shape; skipped where the build has none). What conv_own_wgrad_allowed's
-/// rules for 1x1s come from.
-void BM_Conv1x1BwdWeightsBf16(benchmark::State& state) {
+/// The weight gradient of k1x1[range(1)] in `dt` (f32 or bf16): oneDNN's direct kernel
+/// (range(0) = 0, the backend under policy `direct`) or our own AVX-512 GEMM (1,
+/// conv_wgrad_bf16 / conv_wgrad_f32 called directly, at every shape; skipped where the build
+/// has none). What conv_own_wgrad_allowed's rules for 1x1s come from.
+void conv1x1_bwd_weights(benchmark::State& state, DType dt) {
   std::unique_ptr<Backend> holder = make_backend("onednn");
   auto& be = dynamic_cast<onednn::OnednnBackend&>(*holder);
-  if (!onednn::OnednnBackend::bf16_available()) {
+  const bool bf16 = dt == DType::bf16;
+  if (bf16 && !onednn::OnednnBackend::bf16_available()) {
     state.SkipWithError("no bf16 on this CPU");
     return;
   }
   const KxK s = k1x1[state.range(1)];
   const bool own = state.range(0) != 0;
-  if (own && !onednn::conv_wgrad_bf16_built()) {
-    state.SkipWithError("no AVX-512 BF16 1x1 weight-gradient kernel in this build");
+  if (own && !(bf16 ? onednn::conv_wgrad_bf16_built() : onednn::conv_wgrad_f32_built())) {
+    state.SkipWithError("no own 1x1 weight-gradient kernel of this precision in this build");
     return;
   }
   onednn::set_conv_algo(onednn::ConvAlgo::direct);
   std::mt19937 rng(1);
   const int64_t N = 32, OH = (s.H - 1) / s.stride + 1;
-  auto as_bf16 = [&](const Tensor& f) {
+  auto as_dt = [&](const Tensor& f) {
+    if (!bf16) return f;
     Tensor t = Tensor::empty(f.shape(), DType::bf16, f.layout());
     be.copy(f, t);
     return t;
   };
-  const Tensor x = as_bf16(random_tensor({N, s.C, s.H, s.H}, rng, Layout::NHWC));
-  const Tensor dy = as_bf16(random_tensor({N, s.K, OH, OH}, rng, Layout::NHWC));
-  Tensor dw = Tensor::empty({s.K, s.C, 1, 1}, DType::bf16);
+  const Tensor x = as_dt(random_tensor({N, s.C, s.H, s.H}, rng, Layout::NHWC));
+  const Tensor dy = as_dt(random_tensor({N, s.K, OH, OH}, rng, Layout::NHWC));
+  Tensor dw = Tensor::empty({s.K, s.C, 1, 1}, dt);
   const Conv2dParams p{static_cast<int>(s.stride), 0};
   const onednn::WgradGeo g{N, s.H, s.H, s.C, s.K, s.stride};
-  std::vector<float> work(static_cast<size_t>(onednn::conv_wgrad_bf16_workspace(g)));
+  std::vector<float> work(static_cast<size_t>(
+      std::max<int64_t>(1, bf16 ? onednn::conv_wgrad_bf16_workspace(g)
+                                : onednn::conv_wgrad_f32_workspace(g))));
   auto run = [&] {
-    if (own)
+    if (own && bf16)
       onednn::conv_wgrad_bf16(g, x.data_as<uint16_t>(), dy.data_as<uint16_t>(),
                               dw.data_as<uint16_t>(), work.data());
+    else if (own)
+      onednn::conv_wgrad_f32(g, x.data_as<float>(), dy.data_as<float>(), dw.data_as<float>(),
+                             work.data());
     else
       be.conv2d_bwd_weights(p, x, dy, dw);
   };
@@ -298,7 +305,13 @@ void BM_Conv1x1BwdWeightsBf16(benchmark::State& state) {
       2.0 * N * s.K * s.C * OH * OH, benchmark::Counter::kIsIterationInvariantRate,
       benchmark::Counter::kIs1000);
 }
+void BM_Conv1x1BwdWeightsBf16(benchmark::State& state) { conv1x1_bwd_weights(state, DType::bf16); }
+void BM_Conv1x1BwdWeightsF32(benchmark::State& state) { conv1x1_bwd_weights(state, DType::f32); }
 BENCHMARK(BM_Conv1x1BwdWeightsBf16)
+    ->ArgNames({"own", "shape"})
+    ->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Conv1x1BwdWeightsF32)
     ->ArgNames({"own", "shape"})
     ->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}})
     ->Unit(benchmark::kMillisecond);

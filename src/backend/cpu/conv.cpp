@@ -19,17 +19,19 @@
 // oneDNN has no Winograd, f32 3x3 stride-1 NHWC convs in all three directions as our own
 // Winograd (conv_winograd.cpp). On CPUs with AVX-512 BF16 and no AMX, the bf16 weight gradient
 // of NHWC convs with outputs of 7x7 pixels or fewer, of strided, narrowing or fourfold-widening
-// 1x1s and of strided KxKs to 14x14 or fewer runs as our own GEMM (conv_wgrad_bf16.cpp;
+// 1x1s and of strided KxKs to 14x14 or fewer runs as our own GEMM (conv_wgrad_gemm.cpp;
 // conv_own_wgrad_allowed), which writes the gradient in the weights' own order, OIHW or OHWI
-// (no reorder), and bf16 3x3 stride-1 NHWC convs with outputs of 14x14 or more as our own
-// Winograd F(2x2, 3x3) in all three directions (winograd_f23_bf16.h;
+// (no reorder), as does the f32 weight gradient of the 1x1s that keep or widen the channels
+// or have outputs of 7x7 or fewer on CPUs with AVX-512 and no AMX; and bf16 3x3 stride-1 NHWC
+// convs with outputs of 14x14 or more run as our own Winograd F(2x2, 3x3) in all three
+// directions (winograd_f23_bf16.h;
 // conv_own_winograd_bf16_allowed), whose rounding differs from the direct conv's (about twice
 // its error).
 #include <algorithm>
 
 #include "backend/cpu/conv_im2col.h"
 #include "backend/cpu/conv_matmul.h"
-#include "backend/cpu/conv_wgrad_bf16.h"
+#include "backend/cpu/conv_wgrad_gemm.h"
 #include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/onednn_backend.h"
 #include "core/check.h"
@@ -275,7 +277,14 @@ void OnednnBackend::conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, c
       conv_own_wgrad_allowed(g.dt, ConvShapeInfo{g.C, g.K, g.R, p.stride, g.OH * g.OW})) {
     const WgradGeo cg{x.n(), x.h(), x.w(), x.c(), dy.c(), p.stride, g.R, g.S, p.pad,
                       dw.layout() == Layout::NHWC};
-    if (conv_wgrad_bf16_fits(cg)) {
+    if (g.dt == DType::f32 && conv_wgrad_f32_fits(cg)) {
+      const int64_t ws = conv_wgrad_f32_workspace(cg);
+      auto* work = ws == 0 ? nullptr
+                           : static_cast<float*>(scratch(kScratchWork, sizeof(float) * ws));
+      return conv_wgrad_f32(cg, x.data_as<float>(), dy.data_as<float>(), dw.data_as<float>(),
+                            work);
+    }
+    if (g.dt == DType::bf16 && conv_wgrad_bf16_fits(cg)) {
       auto* work = static_cast<float*>(
           scratch(kScratchWork, sizeof(float) * conv_wgrad_bf16_workspace(cg)));
       return conv_wgrad_bf16(cg, x.data_as<uint16_t>(), dy.data_as<uint16_t>(),

@@ -26,7 +26,9 @@ namespace rn50::onednn {
 ///    batched matmul) where it has enough tiles, in all three directions (the weight
 ///    gradient then not as im2col), and on CPUs with AVX-512 BF16 but no AMX the bf16 weight
 ///    gradient of NHWC convs with outputs of 7x7 pixels or fewer (and some 1x1s) as our own
-///    GEMM (1.1-1.4x oneDNN's kernels there; conv_wgrad_bf16.h), and there bf16 3x3 stride-1
+///    GEMM (1.1-1.4x oneDNN's kernels there; conv_wgrad_gemm.h), and on CPUs with AVX-512 and
+///    no AMX the f32 weight gradient of the NHWC 1x1s that keep or widen the channels or have
+///    outputs of 7x7 or fewer as the same GEMM in f32 (1.0-1.4x), and there bf16 3x3 stride-1
 ///    NHWC convs with outputs of 14x14 or more as our own Winograd F(2x2, 3x3) in all three
 ///    directions (1.1-1.7x oneDNN's direct kernel; winograd_f23_bf16.h).
 ///  * direct: neither (every conv is oneDNN's direct convolution; the torchvision parity test).
@@ -72,14 +74,14 @@ bool conv_im2col_allowed(DType dt, const ConvShapeInfo& s);
 /// `direct`.
 bool conv1x1_matmul_allowed(DType dt, ConvDir dir);
 
-/// Whether the bf16 weight gradient of a convolution with NHWC activations of shape `s` (1x1
-/// or KxK, any stride and padding) runs as our own AVX-512 BF16 GEMM (conv_wgrad_bf16.h) when
-/// its shape fits: with `automatic` on CPUs whose build has the kernel (AVX-512 BF16 without
-/// AMX) at the shapes where it beats oneDNN 2.6's jit_bf16 kernels: outputs of 7x7 pixels or
+/// Whether the weight gradient of a convolution with NHWC activations of dtype `dt` and shape
+/// `s` (1x1 or KxK, any stride and padding) runs as our own AVX-512 GEMM (conv_wgrad_gemm.h)
+/// when its shape fits: with `automatic` on CPUs whose build has the kernel and no AMX, at the
+/// shapes where it beats oneDNN 2.6's kernels: in bf16 (AVX-512 BF16) outputs of 7x7 pixels or
 /// fewer, 1x1s that are strided, narrow the channels or widen them at least fourfold, and
-/// strided KxKs with outputs of 14x14 or fewer (see the definition for the measurements);
-/// never with `direct`; never with `matmul` (the matmul and im2col paths take these
-/// convolutions there).
+/// strided KxKs with outputs of 14x14 or fewer; in f32 (AVX-512) 1x1s with K >= C or outputs
+/// of 7x7 or fewer (see the definition for the measurements); never with `direct`; never with
+/// `matmul` (the matmul and im2col paths take these convolutions there).
 bool conv_own_wgrad_allowed(DType dt, const ConvShapeInfo& s);
 /// Whether the training backend's f32 3x3 stride-1 convs on NHWC activations may run forward,
 /// backward-data and backward-weights as our own Winograd F(4x4, 3x3) (conv_winograd.h): with

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "backend/cpu/conv_wgrad_bf16.h"
+#include "backend/cpu/conv_wgrad_gemm.h"
 #include "backend/cpu/winograd_f23_bf16.h"
 #include "backend/factories.h"
 #include "core/check.h"
@@ -223,8 +223,10 @@ ConvAlgo conv_algo() {
   RN50_CHECK(from_env >= 0,
              "environment variable RN50_CONV_ALGO is '{}': use auto (Winograd for 3x3 stride-1 "
              "convolutions in f32, and in bf16 on CPUs with AVX-512 BF16 and no AMX, the "
-             "backward of 1x1 convolutions as matmuls in bf16 on AMX CPUs), winograd (the same), direct (oneDNN's direct convolution only) or matmul (as "
-             "auto, and 1x1 convolutions as matmuls in every direction and precision)",
+             "backward of 1x1 convolutions as matmuls in bf16 on AMX CPUs, some weight "
+             "gradients as our own GEMM), winograd (the same), direct (oneDNN's direct "
+             "convolution only) or matmul (as auto, and 1x1 convolutions as matmuls in every "
+             "direction and precision)",
              std::getenv("RN50_CONV_ALGO"));
   return static_cast<ConvAlgo>(from_env);
 }
@@ -297,6 +299,24 @@ bool conv_own_wgrad_allowed(DType dt, const ConvShapeInfo& s) {
   // against 378-449 (408). So also: 1x1s that narrow, and strided KxKs to 14x14 or fewer.
   const bool narrowing_1x1 = s.R == 1 && s.K < s.C;
   const bool strided_kxk_to_14 = s.R > 1 && s.stride > 1 && s.out_pixels <= 14 * 14;
+  // f32 (our own GEMM with a pixel per step, conv_wgrad_f32): bench_micro's
+  // BM_Conv1x1BwdWeightsF32, ResNet-50's 1x1s at batch 32, 2-core Zen 5 EPYC (f32 peak
+  // 415-449 GFLOP/s), medians of 5, randomly interleaved (oneDNN's jit:avx512_core / own ms):
+  // the 1x1s that keep or widen the channels 64->64 at 56x56 5.94 / 4.32, 64->256 19.0 / 15.2,
+  // 128->512 at 28x28 13.9 / 13.0, 256->1024 at 14x14 10.9 / 11.2, 512->2048 at 7x7
+  // 10.8 / 10.7, strided 256->512 23.5 / 22.9, 512->1024 22.1 / 22.0, 1024->2048 23.6 / 20.1;
+  // 2048->512 at 7x7 12.0 / 10.9; the other narrowing ones behind (256->64 at 56x56
+  // 12.6 / 17.2, 256->128 24.3 / 28.4, 512->128 12.2 / 13.1, 512->256 22.1 / 24.7, 1024->256
+  // 10.7 / 11.2, 1024->512 20.5 / 21.7: there each packed column panel of x is gathered from
+  // every pixel's longer row, 256 of its 1-4 KiB, and feeds fewer row tiles). In the step
+  // (`rn50 train --benchmark --batch-size 32 --profile`, five interleaved pairs) the weight
+  // gradients took 754-845 ms (median 792) against 758-955 (823), 4 of 5 pairs ahead; the
+  // 1x1s taken write OIHW themselves (dW reorders 6 against 13-22 ms). So: 1x1s that keep or
+  // widen the channels, and 1x1s with outputs of 7x7 or fewer. Not on AMX CPUs (not measured
+  // there).
+  if (dt == DType::f32)
+    return conv_algo() == ConvAlgo::automatic && conv_wgrad_f32_built() && !cpu_has_amx() &&
+           s.R == 1 && (s.K >= s.C || s.out_pixels <= 49);
   return conv_algo() == ConvAlgo::automatic && dt == DType::bf16 && conv_wgrad_bf16_built() &&
          !cpu_has_amx() &&
          (s.out_pixels <= 49 || wide_or_strided_1x1 || narrowing_1x1 || strided_kxk_to_14);

@@ -1,5 +1,6 @@
-// rn50: the bf16 weight gradient of a convolution on NHWC activations (1x1 or KxK, any stride
-// and padding), our own AVX-512 BF16 GEMM (conv_wgrad_bf16.cpp).
+// rn50: the weight gradient of a convolution on NHWC activations (1x1 or KxK, any stride and
+// padding) as our own AVX-512 GEMM, in bf16 (vdpbf16ps) and in f32 (vfmadd231ps)
+// (conv_wgrad_gemm.cpp).
 #pragma once
 
 #include <cstdint>
@@ -39,8 +40,9 @@ bool conv_wgrad_bf16_fits(const WgradGeo& g);
 bool conv_wgrad_bf16_splits_pixels(const WgradGeo& g, int threads);
 
 /// f32 floats of workspace conv_wgrad_bf16 needs for `g` when called with at most
-/// omp_get_max_threads() threads: K * R * S * C (the f32 sums), times the thread count where
-/// the pixels are split (conv_wgrad_bf16_splits_pixels).
+/// omp_get_max_threads() threads: K * R * S * C (the f32 sums), times the largest such thread
+/// count that splits the pixels (conv_wgrad_bf16_splits_pixels; a smaller team may split where
+/// the full one does not).
 int64_t conv_wgrad_bf16_workspace(const WgradGeo& g);
 
 /// dw[k][c][r][s] = sum over n, oh, ow of dy[n][oh][ow][k] * x[n][oh*stride + r - pad]
@@ -53,7 +55,7 @@ int64_t conv_wgrad_bf16_workspace(const WgradGeo& g);
 /// al., "High Performance Convolutional Neural Networks for Document Processing", 2006, gathered
 /// per chunk, never stored whole; the pixels whose tap falls in the padding left out), blocked
 /// as in Goto & van de Geijn, "Anatomy of High-Performance Matrix Multiplication", ACM TOMS
-/// 34(3), 2008: pixel chunks of kPc, both operands packed per chunk into vdpbf16ps's pair layout
+/// 34(3), 2008: pixel chunks of 256, both operands packed per chunk into vdpbf16ps's pair layout
 /// (two consecutive pixels interleaved, Intel SDM "VDPBF16PS"), register tiles of 6 rows x 64
 /// columns. dW is split between the threads by rows, or by column panels when it has more
 /// columns than rows (no reduction; the result does not depend on the thread count), except
@@ -65,5 +67,30 @@ int64_t conv_wgrad_bf16_workspace(const WgradGeo& g);
 /// kernels do). Throws rn50::Error when !fits(g).
 void conv_wgrad_bf16(const WgradGeo& g, const uint16_t* x, const uint16_t* dy, uint16_t* dw,
                      float* work);
+
+/// Whether this build carries the f32 kernel: compiled for a CPU with AVX-512 (the build is
+/// -march=native).
+bool conv_wgrad_f32_built();
+
+/// Whether the f32 kernel takes a conv of this geometry: as conv_wgrad_bf16_fits, with
+/// conv_wgrad_f32_built.
+bool conv_wgrad_f32_fits(const WgradGeo& g);
+
+/// As conv_wgrad_bf16_splits_pixels for the f32 kernel, whose pixel chunks hold 64 pixels.
+bool conv_wgrad_f32_splits_pixels(const WgradGeo& g, int threads);
+
+/// f32 floats of workspace conv_wgrad_f32 needs for `g` with at most omp_get_max_threads()
+/// threads: 0 where the sums go straight into dW (a 1x1 or OHWI gradient whose pixels are not
+/// split), else as conv_wgrad_bf16_workspace.
+int64_t conv_wgrad_f32_workspace(const WgradGeo& g);
+
+/// The same GEMM as conv_wgrad_bf16 in f32: x f32 NHWC (N, H, W, C), dy f32 NHWC (N, OH, OW,
+/// K), dw f32 OIHW (K, C, R, S) or, with g.ohwi, OHWI (K, R, S, C), overwritten; `work` at least
+/// conv_wgrad_f32_workspace(g) floats (may be null when that is 0). Products are summed by
+/// vfmadd231ps (one rounding per product and sum) per register tile of 6 rows x 64 columns over
+/// pixel chunks of 64, one pixel per step (no pairs); the threads share dW as conv_wgrad_bf16's
+/// do (same bits on any thread count unless the pixels are split, where the partials are added
+/// in thread order). Denormal inputs are used as they are. Throws rn50::Error when !fits(g).
+void conv_wgrad_f32(const WgradGeo& g, const float* x, const float* dy, float* dw, float* work);
 
 }  // namespace rn50::onednn
