@@ -26,7 +26,7 @@
 // them for the 1x1s that keep or widen the channels (conv_own_wgrad_allowed holds the
 // comparison). Its 6 x 64 tile alone runs at 207 GFLOP/s on one core from L1 (92% of the
 // core's peak); at 56x56 the packing of operands streamed from memory holds it to 50-60%.
-// Both are one driver (run_share) over a element-type policy (Bf16Gemm, F32Gemm): how a chunk
+// Both are one driver (run_share) over an element-type policy (Bf16Gemm, F32Gemm): how a chunk
 // is packed, the register tile, and how the sums are stored.
 #include "backend/cpu/conv_wgrad_gemm.h"
 
@@ -82,6 +82,9 @@ int64_t partials(const WgradGeo& g, int64_t pc) {
     if (splits_pixels(g, t, pc)) most = t;
   return most;
 }
+
+/// Whether dW's order is the GEMM's own, columns tap by tap then channel: a 1x1, or OHWI.
+bool in_gemm_order(const WgradGeo& g) { return g.R * g.S == 1 || g.ohwi; }
 
 /// The geometry both kernels take (conv_wgrad_bf16_fits without the build).
 bool geometry_fits(const WgradGeo& g) {
@@ -203,8 +206,8 @@ struct Bf16Gemm {
   static void pack_a(const Elem* const* rows, int64_t len, int64_t col, int64_t n, Elem* out) {
     pack(rows, len, col, n, out);
   }
-  /// Where rows [r, r + kRows) start in the A block of n rows, and its stride per step.
-  static int64_t a_at(int64_t r, int64_t /*n*/) { return r; }
+  /// Where rows [r, r + kRows) start in the A block, and its stride per step (n rows).
+  static int64_t a_at(int64_t r) { return r; }
   static int64_t a_ld(int64_t n) { return n; }
   /// 16 sums rounded to bf16 (vcvtneps2bf16: round to nearest even, as float_to_bf16).
   static void store16(Elem* o, __m512 v) {
@@ -254,7 +257,7 @@ struct F32Gemm {
   }
   /// The A block tile by tile: rows [col + 6t, col + 6t + 6) of pixel i at out[(t kPc + i) 6]
   /// (the last tile's missing rows left as they are), so that a register tile streams its rows
-  /// contiguously (3 KiB per chunk) instead of touching a line of every pixel's row of n.
+  /// contiguously (1.5 KiB per chunk) instead of touching a line of every pixel's row of n.
   static int64_t a_elems(int64_t n) { return (n + kRows - 1) / kRows * kRows * kPc; }
   /// Pixel by pixel (each dY row read once, in order), six floats at a time.
   static void pack_a(const Elem* const* rows, int64_t len, int64_t col, int64_t n, Elem* out) {
@@ -268,7 +271,7 @@ struct F32Gemm {
       if (rest != 0) _mm512_mask_storeu_ps(o, tail, _mm512_maskz_loadu_ps(tail, row));
     }
   }
-  static int64_t a_at(int64_t r, int64_t /*n*/) { return r / kRows * kPc * kRows; }
+  static int64_t a_at(int64_t r) { return r / kRows * kPc * kRows; }
   static int64_t a_ld(int64_t /*n*/) { return kRows; }
   static void store16(Elem* o, __m512 v) { _mm512_storeu_ps(o, v); }
 };
@@ -381,7 +384,7 @@ void run_share(const WgradGeo& g, const Share& s, const typename G::Elem* x,
       for (int64_t r = 0; r < rows; r += kRows) {
         const int mr = static_cast<int>(std::min<int64_t>(kRows, rows - r));
         if (prefetch) next.issue(calls);
-        G::kTiles[mr](ta + G::a_at(r, rows), G::a_ld(rows), bpack.data(), tsteps,
+        G::kTiles[mr](ta + G::a_at(r), G::a_ld(rows), bpack.data(), tsteps,
                       work + (s.m0 + r) * cols + c0, cols, p0 == pbeg);
       }
     }
@@ -400,7 +403,7 @@ void store_rows(const WgradGeo& g, int64_t k0, int64_t k1, int64_t n0, int64_t n
       __m512 v = _mm512_loadu_ps(work + k * cols + c);
       for (int i = 1; i < nparts; ++i)
         v = _mm512_add_ps(v, _mm512_loadu_ps(work + i * part + k * cols + c));
-      if (taps == 1 || g.ohwi) {
+      if (in_gemm_order(g)) {
         G::store16(dw + k * cols + c, v);
       } else {
         alignas(64) typename G::Elem b[16];
@@ -412,11 +415,11 @@ void store_rows(const WgradGeo& g, int64_t k0, int64_t k1, int64_t n0, int64_t n
     }
 }
 
-/// Whether conv_wgrad<G> sums straight into dW: f32, a 1x1 or OHWI gradient (the GEMM's own
-/// order), its pixels not split.
+/// Whether conv_wgrad<G> sums straight into dW: f32, dW in the GEMM's own order, its pixels
+/// not split.
 template <class G>
 bool sums_into_dw(const WgradGeo& g, int threads) {
-  return std::is_same_v<typename G::Elem, float> && (g.R * g.S == 1 || g.ohwi) &&
+  return std::is_same_v<typename G::Elem, float> && in_gemm_order(g) &&
          !splits_pixels(g, threads, G::kPc);
 }
 
@@ -439,17 +442,13 @@ void conv_wgrad(const WgradGeo& g, const typename G::Elem* x, const typename G::
       store_rows<G>(g, K * t / nt, K * (t + 1) / nt, 0, cols, work, nt, dw);
     } else {
       const Share s = share_of(t, nt, K, cols);
+      const bool direct = sums_into_dw<G>(g, nt);
+      float* sums = work;
       if constexpr (std::is_same_v<typename G::Elem, float>) {
-        if (sums_into_dw<G>(g, nt)) {
-          run_share<G>(g, s, x, dy, 0, P, nt == 1, dw);
-        } else {
-          run_share<G>(g, s, x, dy, 0, P, nt == 1, work);
-          store_rows<G>(g, s.m0, s.m1, s.n0, s.n1, work, 1, dw);
-        }
-      } else {
-        run_share<G>(g, s, x, dy, 0, P, nt == 1, work);
-        store_rows<G>(g, s.m0, s.m1, s.n0, s.n1, work, 1, dw);
+        if (direct) sums = dw;
       }
+      run_share<G>(g, s, x, dy, 0, P, nt == 1, sums);
+      if (!direct) store_rows<G>(g, s.m0, s.m1, s.n0, s.n1, work, 1, dw);
     }
   }
 }
@@ -495,7 +494,7 @@ bool conv_wgrad_f32_splits_pixels(const WgradGeo& g, int threads) {
 
 int64_t conv_wgrad_f32_workspace(const WgradGeo& g) {
   const int64_t parts = partials(g, kPcF32);
-  if (parts == 1 && (g.R * g.S == 1 || g.ohwi)) return 0;  // summed straight into dW
+  if (parts == 1 && in_gemm_order(g)) return 0;  // summed straight into dW
   return g.K * g.cols() * parts;
 }
 
