@@ -4,7 +4,7 @@
 // jit_bf16_1x1 / jit_bf16 avx512_core_bf16 kernels, which are weakest where the outputs are
 // smallest: at ResNet-50's 7x7 layers, batch 32, 255-315 GFLOP/s for the 1x1s on a 2-core AMD
 // EPYC whose bf16 peak (`rn50 bench peak`) is 474; this GEMM reaches 360-390 there (bench_micro's
-// BM_Conv1x1BwdWeights/bf16 and BM_ConvBwdWeightsBf16Own; conv_own_wgrad_allowed holds the
+// BM_Conv1x1BwdWeightsBf16 and BM_ConvBwdWeightsBf16Own; conv_own_wgrad_allowed holds the
 // figures). oneDNN's matmul with a transposed dY was no faster in the step. The weight gradient
 // is a GEMM whose reduction runs over the pixels, the slow dimension of both NHWC operands, so
 // vdpbf16ps (which sums products of element PAIRS along the reduction) needs two consecutive
