@@ -18,11 +18,12 @@
 // default, backward only; conv_algo.h, conv_matmul.cpp), and on CPUs without AVX-512, where
 // oneDNN has no Winograd, f32 3x3 stride-1 NHWC convs in all three directions as our own
 // Winograd (conv_winograd.cpp). On CPUs with AVX-512 BF16 and no AMX, the bf16 weight gradient
-// of NHWC convs with outputs of 7x7 pixels or fewer, of strided, narrowing or fourfold-widening
-// 1x1s and of strided KxKs to 14x14 or fewer runs as our own GEMM (conv_wgrad_gemm.cpp;
-// conv_own_wgrad_allowed), which writes the gradient in the weights' own order, OIHW or OHWI
-// (no reorder), as does the f32 weight gradient of the 1x1s that keep or widen the channels
-// or have outputs of 7x7 or fewer on CPUs with AVX-512 and no AMX; and bf16 3x3 stride-1 NHWC
+// of NHWC convs with outputs of 7x7 pixels or fewer, of strided or fourfold-widening 1x1s (on
+// Zen 5 also narrowing ones) and of strided KxKs to 14x14 or fewer runs as our own GEMM
+// (conv_wgrad_gemm.cpp; conv_own_wgrad_allowed), which writes the gradient in the weights' own
+// order, OIHW or OHWI (no reorder), as does the f32 weight gradient of some 1x1s on CPUs with
+// AVX-512 and no AMX (on Zen 5 those that keep or widen the channels or have outputs of 7x7 or
+// fewer, elsewhere the fourfold widening ones at 56x56); and bf16 3x3 stride-1 NHWC
 // convs with outputs of 14x14 or more run as our own Winograd F(2x2, 3x3) in all three
 // directions (winograd_f23_bf16.h;
 // conv_own_winograd_bf16_allowed), whose rounding differs from the direct conv's (about twice

@@ -74,14 +74,32 @@ bool conv_im2col_allowed(DType dt, const ConvShapeInfo& s);
 /// `direct`.
 bool conv1x1_matmul_allowed(DType dt, ConvDir dir);
 
+/// The machines whose measurements conv_own_wgrad_faster's rules come from: the own GEMM's
+/// speed against oneDNN's kernels differs between AVX-512 on 256-bit units and on 512-bit ones.
+enum class WgradTuning {
+  zen4,  ///< AMD Zen 4 (family 19h: AVX-512 on 256-bit units), and every CPU not named below
+         ///< (Intel AVX-512 CPUs without AMX were not measured: they get the smaller rule set)
+  zen5,  ///< AMD Zen 5 and later (family 1Ah and above: AVX-512 on 512-bit units)
+};
+
+/// This CPU's WgradTuning, from CPUID (vendor string and leaf 1's family; AMD's APM vol. 3):
+/// `zen5` on AuthenticAMD family 1Ah or above, `zen4` otherwise (and off x86). Read once.
+WgradTuning cpu_wgrad_tuning();
+
+/// Whether our own AVX-512 GEMM (conv_wgrad_gemm.h) was measured faster than oneDNN 2.6's
+/// kernel for the weight gradient of a convolution of shape `s` with activations in `dt` on
+/// machines of `tuning` (the measurements are in the definition). The shape rule alone: bf16
+/// on both, outputs of 7x7 pixels or fewer, 1x1s that are strided or widen at least fourfold,
+/// strided KxKs with outputs of 14x14 or fewer, and on zen5 also 1x1s that narrow the
+/// channels; f32 1x1s only, on zen5 those with K >= C or outputs of 7x7 or fewer, on zen4
+/// those that widen at least fourfold at 56x56 or more. False for other dtypes.
+bool conv_own_wgrad_faster(DType dt, const ConvShapeInfo& s, WgradTuning tuning);
+
 /// Whether the weight gradient of a convolution with NHWC activations of dtype `dt` and shape
 /// `s` (1x1 or KxK, any stride and padding) runs as our own AVX-512 GEMM (conv_wgrad_gemm.h)
-/// when its shape fits: with `automatic` on CPUs whose build has the kernel and no AMX, at the
-/// shapes where it beats oneDNN 2.6's kernels: in bf16 (AVX-512 BF16) outputs of 7x7 pixels or
-/// fewer, 1x1s that are strided, narrow the channels or widen them at least fourfold, and
-/// strided KxKs with outputs of 14x14 or fewer; in f32 (AVX-512) 1x1s with K >= C or outputs
-/// of 7x7 or fewer (see the definition for the measurements); never with `direct`; never with
-/// `matmul` (the matmul and im2col paths take these convolutions there).
+/// when its shape fits: with `automatic` on CPUs without AMX whose build has the kernel for
+/// `dt`, where conv_own_wgrad_faster(dt, s, cpu_wgrad_tuning()); never with `direct`; never
+/// with `matmul` (the matmul and im2col paths take these convolutions there).
 bool conv_own_wgrad_allowed(DType dt, const ConvShapeInfo& s);
 /// Whether the training backend's f32 3x3 stride-1 convs on NHWC activations may run forward,
 /// backward-data and backward-weights as our own Winograd F(4x4, 3x3) (conv_winograd.h): with

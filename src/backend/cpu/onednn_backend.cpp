@@ -9,6 +9,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "backend/cpu/conv_wgrad_gemm.h"
 #include "backend/cpu/winograd_f23_bf16.h"
 #include "backend/factories.h"
@@ -265,17 +269,41 @@ bool conv1x1_matmul_allowed(DType dt, ConvDir dir) {
   return cpu_has_amx();
 }
 
-bool conv_own_wgrad_allowed(DType dt, const ConvShapeInfo& s) {
-  // 1x1: bench_micro's BM_Conv1x1BwdWeightsBf16, ResNet-50's 1x1s at batch 32, 2-core AMD EPYC
-  // with AVX-512 BF16, medians of 5, randomly interleaved (oneDNN / own ms): at 7x7 outputs
-  // 512->2048 10.5 / 8.54, 2048->512 12.8 / 9.16, 1024->2048 stride 2 24.2 / 18.2; at 14x14
-  // 9.51 / 9.64 and 9.07 / 8.77; at 28x28 and 56x56 oneDNN level or ahead (64->64 2.96 / 3.60,
-  // 64->256 10.6 / 14.7, 256->128 20.2 / 21.3: there the packing and the streaming from memory
-  // cost more than oneDNN's kernel loses). So: outputs of 7x7 pixels or fewer. Since the
-  // kernel splits larger outputs' pixels between the threads and prefetches each next chunk
-  // (conv_wgrad_bf16_splits_pixels), the same benchmark, one process, medians of 7 (oneDNN /
-  // own ms): the 1x1s that widen fourfold 64->256 at 56x56 10.6 / 9.99, 128->512 at 28x28
-  // 9.14 / 9.05, 256->1024 at 14x14 9.34 / 8.96; the strided ones 256->512 from 56x56
+WgradTuning cpu_wgrad_tuning() {
+  static const WgradTuning tuning = [] {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return WgradTuning::zen4;
+    char vendor[13] = {};
+    std::memcpy(vendor, &ebx, 4);
+    std::memcpy(vendor + 4, &edx, 4);
+    std::memcpy(vendor + 8, &ecx, 4);
+    if (std::strcmp(vendor, "AuthenticAMD") != 0 || __get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0)
+      return WgradTuning::zen4;
+    // AMD APM vol. 3, CPUID Fn0000_0001_EAX: family = base family (bits 11:8), plus the
+    // extended family (bits 27:20) when the base is Fh. Zen 4 is family 19h, Zen 5 1Ah.
+    const unsigned base = (eax >> 8) & 0xf, ext = (eax >> 20) & 0xff;
+    const unsigned family = base == 0xf ? base + ext : base;
+    return family >= 0x1a ? WgradTuning::zen5 : WgradTuning::zen4;
+#else
+    return WgradTuning::zen4;
+#endif
+  }();
+  return tuning;
+}
+
+bool conv_own_wgrad_faster(DType dt, const ConvShapeInfo& s, WgradTuning tuning) {
+  const bool zen5 = tuning == WgradTuning::zen5;
+  // bf16, 1x1: bench_micro's BM_Conv1x1BwdWeightsBf16, ResNet-50's 1x1s at batch 32, 2-core
+  // AMD EPYC with AVX-512 BF16 (Zen 4), medians of 5, randomly interleaved (oneDNN / own ms):
+  // at 7x7 outputs 512->2048 10.5 / 8.54, 2048->512 12.8 / 9.16, 1024->2048 stride 2
+  // 24.2 / 18.2; at 14x14 9.51 / 9.64 and 9.07 / 8.77; at 28x28 and 56x56 oneDNN level or ahead
+  // (64->64 2.96 / 3.60, 64->256 10.6 / 14.7, 256->128 20.2 / 21.3: there the packing and the
+  // streaming from memory cost more than oneDNN's kernel loses). So: outputs of 7x7 pixels or
+  // fewer. Since the kernel splits larger outputs' pixels between the threads and prefetches
+  // each next chunk (conv_wgrad_bf16_splits_pixels), the same benchmark, one process, medians of
+  // 7 (oneDNN / own ms): the 1x1s that widen fourfold 64->256 at 56x56 10.6 / 9.99, 128->512 at
+  // 28x28 9.14 / 9.05, 256->1024 at 14x14 9.34 / 8.96; the strided ones 256->512 from 56x56
   // 19.2 / 17.4, 512->1024 from 28x28 19.2 / 17.7; the others level within the noise, some
   // behind in a second run (64->64 at 56x56 3.05 / 3.14, 1024->256 at 14x14 8.77 / 8.99,
   // 512->256 at 28x28 17.5-17.8 / 17.4-19.5). So also: 1x1s strided or widening fourfold.
@@ -287,16 +315,20 @@ bool conv_own_wgrad_allowed(DType dt, const ConvShapeInfo& s) {
   // turns) the weight gradients took 696-722 ms (median 708) with the two stride-1 512s against
   // 704-723 (717) without. So: outputs of 7x7 pixels or fewer, any kernel and stride.
   const bool wide_or_strided_1x1 = s.R == 1 && (s.stride > 1 || s.K >= 4 * s.C);
-  // On a 2-core AMD EPYC of the next generation (Zen 5: AVX-512 BF16, bf16 peak 867 GFLOP/s),
-  // the same benchmarks, medians of 3 or 5, two to three runs (oneDNN / own ms): the 1x1s that
+  // On Zen 5 (AVX-512 on 512-bit units, bf16 peak 867 GFLOP/s on 2 cores), the same
+  // benchmarks, medians of 3 or 5, two to three runs (oneDNN / own ms): the 1x1s that
   // narrow 256->64 at 56x56 8.47 / 7.08, 256->128 14.3, 14.0, 11.6 / 13.5, 12.1, 11.1,
   // 512->128 at 28x28 7.26 / 5.73, 512->256 12.9, 13.3 / 10.4, 10.5, 1024->512 at 14x14 13.9,
   // 13.0 / 9.71, 9.97, 1024->256 9.36, 6.06, 7.94 / 8.28, 6.96, 5.99 (level); 64->64 at 56x56
   // 2.39, 2.44, 2.32 / 2.72, 2.63, 2.55 (oneDNN ahead); the 3x3s stride 2 256 to 14x14 15.0,
-  // 15.6 / 11.0, 11.0 (ahead on the older EPYC too, above), 128 to 28x28 15.0, 14.0 / 12.4, 12.2
-  // (behind there: left to oneDNN). In the step (`rn50 train --benchmark ... --amp --amp-dtype
-  // bf16 --profile`, six interleaved pairs) the weight gradients took 353-439 ms (median 392)
-  // against 378-449 (408). So also: 1x1s that narrow, and strided KxKs to 14x14 or fewer.
+  // 15.6 / 11.0, 11.0 (ahead on Zen 4 too, above), 128 to 28x28 15.0, 14.0 / 12.4, 12.2
+  // (behind on Zen 4: left to oneDNN). In the step (`rn50 train --benchmark ... --amp
+  // --amp-dtype bf16 --profile`, six interleaved pairs) the weight gradients took 353-439 ms
+  // (median 392) against 378-449 (408). So also: 1x1s that narrow, and strided KxKs to 14x14 or
+  // fewer. The narrowing 1x1s measured on Zen 4 again (2026-12-04, medians of 5, randomly
+  // interleaved): 256->64 at 56x56 12.3 / 12.3, 512->128 at 28x28 10.5 / 11.7, 1024->256 at
+  // 14x14 9.78 / 11.2, 512->256 19.0 / 18.8, 1024->512 19.5 / 20.4: level or behind, so not
+  // there.
   const bool narrowing_1x1 = s.R == 1 && s.K < s.C;
   const bool strided_kxk_to_14 = s.R > 1 && s.stride > 1 && s.out_pixels <= 14 * 14;
   // f32 (our own GEMM with a pixel per step, conv_wgrad_f32): bench_micro's
@@ -311,15 +343,32 @@ bool conv_own_wgrad_allowed(DType dt, const ConvShapeInfo& s) {
   // every pixel's longer row, 256 of its 1-4 KiB, and feeds fewer row tiles). In the step
   // (`rn50 train --benchmark --batch-size 32 --profile`, five interleaved pairs) the weight
   // gradients took 754-845 ms (median 792) against 758-955 (823), 4 of 5 pairs ahead; the
-  // 1x1s taken write OIHW themselves (dW reorders 6 against 13-22 ms). So: 1x1s that keep or
-  // widen the channels, and 1x1s with outputs of 7x7 or fewer. Not on AMX CPUs (not measured
-  // there).
-  if (dt == DType::f32)
-    return conv_algo() == ConvAlgo::automatic && conv_wgrad_f32_built() && !cpu_has_amx() &&
-           s.R == 1 && (s.K >= s.C || s.out_pixels <= 49);
-  return conv_algo() == ConvAlgo::automatic && dt == DType::bf16 && conv_wgrad_bf16_built() &&
-         !cpu_has_amx() &&
-         (s.out_pixels <= 49 || wide_or_strided_1x1 || narrowing_1x1 || strided_kxk_to_14);
+  // 1x1s taken write OIHW themselves (dW reorders 6 against 13-22 ms). So on Zen 5: 1x1s that
+  // keep or widen the channels, and 1x1s with outputs of 7x7 or fewer.
+  // On Zen 4 (f32 peak 236 GFLOP/s; 2026-12-04, medians of 5, randomly interleaved, two runs
+  // where they are given twice): 64->256 at 56x56 30.7 / 21.8 (oneDNN's kernel is slow there:
+  // 4x the 64->64's 4.85 ms of FLOPs in 6x its time); the rest level or behind, with runs that
+  // disagree: 64->64 5.50, 4.85 / 7.64, 7.00, 128->512 at 28x28 23.5 / 23.3, 256->1024 at 14x14
+  // 18.8 / 21.1, 512->2048 at 7x7 18.0 / 19.6, 2048->512 22.1, 22.5 / 25.8, 20.9, strided
+  // 256->512 37.6 / 38.8, 512->1024 39.2 / 41.7, 1024->2048 37.7 / 41.0. So there: 1x1s that
+  // widen fourfold at 56x56.
+  if (dt == DType::f32) {
+    if (s.R != 1) return false;
+    if (zen5) return s.K >= s.C || s.out_pixels <= 49;
+    return s.K >= 4 * s.C && s.out_pixels >= 56 * 56;
+  }
+  if (dt != DType::bf16) return false;
+  return s.out_pixels <= 49 || wide_or_strided_1x1 || strided_kxk_to_14 ||
+         (zen5 && narrowing_1x1);
+}
+
+bool conv_own_wgrad_allowed(DType dt, const ConvShapeInfo& s) {
+  // Not on AMX CPUs (their bf16 paths are oneDNN's AMX matmuls; f32 not measured there).
+  if (conv_algo() != ConvAlgo::automatic || cpu_has_amx()) return false;
+  const bool built = dt == DType::f32    ? conv_wgrad_f32_built()
+                     : dt == DType::bf16 ? conv_wgrad_bf16_built()
+                                         : false;
+  return built && conv_own_wgrad_faster(dt, s, cpu_wgrad_tuning());
 }
 
 bool conv_im2col_allowed(DType dt, const ConvShapeInfo& s) {
