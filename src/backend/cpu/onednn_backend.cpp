@@ -273,12 +273,7 @@ WgradTuning cpu_wgrad_tuning() {
   static const WgradTuning tuning = [] {
 #if defined(__x86_64__) || defined(__i386__)
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return WgradTuning::zen4;
-    char vendor[13] = {};
-    std::memcpy(vendor, &ebx, 4);
-    std::memcpy(vendor + 4, &edx, 4);
-    std::memcpy(vendor + 8, &ecx, 4);
-    if (std::strcmp(vendor, "AuthenticAMD") != 0 || __get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0)
+    if (!__builtin_cpu_is("amd") || __get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0)
       return WgradTuning::zen4;
     // AMD APM vol. 3, CPUID Fn0000_0001_EAX: family = base family (bits 11:8), plus the
     // extended family (bits 27:20) when the base is Fh. Zen 4 is family 19h, Zen 5 1Ah.
