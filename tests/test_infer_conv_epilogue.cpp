@@ -3,7 +3,9 @@
 // float64 reference (bf16; INT8 with u8 and s8 shortcuts, ReLU and QAT's clip; a reduction long
 // enough for oneDNN to split it), and a whole ResNet-50 engine gives the same logits with
 // either; the automatic rule takes the binary add only for large destinations of brgconv_1x1
-// convs whose binary form runs in oneDNN's jit 1x1 kernel of the same instruction set.
+// convs whose binary form runs in oneDNN's jit 1x1 kernel of the same instruction set, and no
+// policy takes it in oneDNN's AMX 1x1 kernel before 3.4 (wrong there). INT8 ResNet-50 engines
+// at batch 32, join by join on every instruction set: test_infer_int8_joins.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,12 +44,17 @@ bool cpu_has_bf16() {
   return make_backend("onednn")->supports(Op::conv2d, DType::bf16, Layout::NHWC);
 }
 
-/// Whether oneDNN runs AVX-512 kernels here (its jit 1x1 kernels take the binary add there).
-bool cpu_has_avx512() {
+/// Whether oneDNN's effective instruction set here includes `want`.
+bool isa_has(dnnl::cpu_isa want) {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  const auto want = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-  return (isa & want) == want;
+  return (isa & static_cast<unsigned>(want)) == static_cast<unsigned>(want);
 }
+
+/// Whether oneDNN runs AVX-512 kernels here (its jit 1x1 kernels take the binary add there).
+bool cpu_has_avx512() { return isa_has(dnnl::cpu_isa::avx512_core); }
+
+/// Whether oneDNN runs AMX kernels here.
+bool cpu_has_amx() { return isa_has(dnnl::cpu_isa::avx512_core_amx); }
 
 /// A 1x1 stride-1 NHWC conv with a shortcut: src (n, c, hw, hw) of `src_dt`, weights bf16 for
 /// a bf16 conv else s8, destination `dst_dt` over the shortcut's buffer (stored as `res_dt`).
@@ -73,6 +80,7 @@ struct Outcome {
   std::vector<double> got;  ///< the destination after the call
   int binary_post_op = -1;
   std::string impl;
+  std::string binary_refused;  ///< EpilogueConv::binary_refused
 };
 
 /// Runs case `cs` under join policy `j` with the data drawn from `seed`; `ref` receives the
@@ -153,6 +161,7 @@ Outcome run_case(const Case& cs, ResidualJoin j, uint64_t seed, std::vector<doub
   Outcome o;
   o.binary_post_op = ec.binary_post_op;
   o.impl = ec.pd.impl_info_str();
+  o.binary_refused = ec.binary_refused;
   for (int64_t i = 0; i < nd_; ++i) o.got.push_back(value_at(dbuf.data(), cs.dst_dt, i));
   return o;
 }
@@ -174,15 +183,17 @@ TEST(ConvEpilogue, BinaryAddOverTheShortcutsBufferEqualsTheSumPostOp) {
     cases.push_back({"bf16 long reduction", dt::bf16, dt::bf16, dt::bf16, 1, 1024, 64, 5,
                      A::eltwise_relu, 0, 0});
   }
-  int binary_built = 0;
+  int binary_built = 0, refused = 0;
   for (const Case& cs : cases) {
     std::vector<double> ref;
     const Outcome sum = run_case(cs, ResidualJoin::sum, 7, &ref);
     const Outcome bin = run_case(cs, ResidualJoin::binary, 7, nullptr);
     EXPECT_EQ(sum.binary_post_op, -1) << cs.name;
     binary_built += bin.binary_post_op >= 0;
-    std::printf("%s: sum in %s, binary add in %s (post-op %d)\n", cs.name, sum.impl.c_str(),
-                bin.impl.c_str(), bin.binary_post_op);
+    refused += !bin.binary_refused.empty();
+    std::printf("%s: sum in %s, binary add in %s (post-op %d)%s%s\n", cs.name, sum.impl.c_str(),
+                bin.impl.c_str(), bin.binary_post_op,
+                bin.binary_refused.empty() ? "" : ", refused: ", bin.binary_refused.c_str());
     const bool q = cs.dst_dt != dt::bf16;
     const double lo = cs.dst_dt == dt::u8 ? 0 : -128, hi = cs.dst_dt == dt::u8 ? 255 : 127;
     int64_t off_by_one = 0, nonzero = 0;
@@ -206,10 +217,63 @@ TEST(ConvEpilogue, BinaryAddOverTheShortcutsBufferEqualsTheSumPostOp) {
     }
     EXPECT_GT(nonzero, static_cast<int64_t>(ref.size() / 4)) << cs.name << ": outputs all zero";
   }
-  // On AVX-512 CPUs oneDNN builds the binary form for every case.
+  // On AVX-512 CPUs oneDNN builds the binary form for every case; the engine refuses it only
+  // in oneDNN's AMX 1x1 kernel before 3.4 (binary_join_kernel_wrong), so on AMX CPUs only.
   if (cpu_has_avx512()) {
-    EXPECT_EQ(binary_built, static_cast<int>(cases.size()));
+    EXPECT_EQ(binary_built + refused, static_cast<int>(cases.size()));
   }
+  if (!cpu_has_amx()) {
+    EXPECT_EQ(refused, 0);
+  }
+}
+
+// The choice between the two forms as a function of what oneDNN offers, on any CPU: the
+// implementation names of an AMX Xeon (Sapphire Rapids, oneDNN 2.6.3: the sum form in
+// brgconv_1x1, the binary form in the AMX 1x1 kernel, which writes past its image where the
+// plane is three tiles of rows: the 6x6 case above was 34 codes off there), of the AVX-512
+// EPYCs, and of an AVX2 CPU.
+TEST(ConvEpilogue, JoinChoiceRefusesOneDnnsAmx1x1KernelBefore34) {
+  using onednn::binary_join_kernel_wrong;
+  using onednn::take_binary_join;
+  const int v263 = 20603, v34 = 30400;
+  const size_t big = size_t{25} << 20, small = size_t{1} << 20;
+  for (const char* amx : {"jit_1x1:avx512_core_amx_int8", "jit_1x1:avx512_core_amx_bf16",
+                          "jit_1x1:avx512_core_amx"}) {
+    EXPECT_TRUE(binary_join_kernel_wrong(amx, v263)) << amx;
+    EXPECT_TRUE(binary_join_kernel_wrong(amx, 30399)) << amx;
+    EXPECT_FALSE(binary_join_kernel_wrong(amx, v34)) << amx;
+    for (auto policy : {ResidualJoin::automatic, ResidualJoin::binary, ResidualJoin::sum})
+      EXPECT_FALSE(take_binary_join(policy, "brgconv_1x1:avx512_core_amx_int8", amx, big, v263))
+          << amx;
+    // Fixed in 3.4: the forced policy may take it; the automatic rule still not (unmeasured).
+    EXPECT_TRUE(take_binary_join(ResidualJoin::binary, "brgconv_1x1:avx512_core_amx_int8", amx,
+                                 big, v34));
+    EXPECT_FALSE(take_binary_join(ResidualJoin::automatic, "brgconv_1x1:avx512_core_amx_int8",
+                                  amx, big, v34));
+  }
+  for (const char* other : {"jit_int8_1x1:avx512_core_vnni", "jit_1x1:avx512_core_bf16",
+                            "brgconv_1x1:avx512_core_amx_int8", "jit_uni_int8_1x1:avx2",
+                            "jit_1x1:avx512_core", "ref_int8:any", "unknown"})
+    EXPECT_FALSE(binary_join_kernel_wrong(other, v263)) << other;
+  // The AVX-512 EPYCs' measured case: large destinations only, same ISA, no binary form = sum.
+  const char* sum_vnni = "brgconv_1x1:avx512_core_vnni";
+  EXPECT_TRUE(take_binary_join(ResidualJoin::automatic, sum_vnni,
+                               "jit_int8_1x1:avx512_core_vnni", big, v263));
+  EXPECT_FALSE(take_binary_join(ResidualJoin::automatic, sum_vnni,
+                                "jit_int8_1x1:avx512_core_vnni", small, v263));
+  EXPECT_FALSE(take_binary_join(ResidualJoin::automatic, sum_vnni, "jit_int8_1x1:avx512_core",
+                                big, v263));
+  EXPECT_FALSE(take_binary_join(ResidualJoin::automatic, "jit_int8_1x1:avx512_core_vnni",
+                                "jit_int8_1x1:avx512_core_vnni", big, v263));
+  EXPECT_FALSE(take_binary_join(ResidualJoin::automatic, sum_vnni, "", big, v263));
+  EXPECT_FALSE(take_binary_join(ResidualJoin::binary, sum_vnni, "", big, v263));
+  EXPECT_TRUE(take_binary_join(ResidualJoin::binary, "jit_uni_int8_1x1:avx2",
+                               "jit_uni_int8_1x1:avx2", small, v263));
+  EXPECT_FALSE(take_binary_join(ResidualJoin::sum, sum_vnni, "jit_int8_1x1:avx512_core_vnni",
+                                big, v263));
+  // The version number of the library linked, as the rule reads it.
+  const dnnl_version_t* v = dnnl_version();
+  EXPECT_EQ(onednn::onednn_version_number(), v->major * 10000 + v->minor * 100 + v->patch);
 }
 
 /// The conv executions in oneDNN's verbose lines of `eng`'s first run on `x` whose post-ops

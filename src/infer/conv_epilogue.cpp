@@ -48,14 +48,6 @@ dnnl::primitive_attr binary_attr(const ConvEpilogue& e) {
   return attr;
 }
 
-/// The implementation name's kernel and instruction set ("brgconv_1x1", "avx512_core_vnni").
-std::pair<std::string, std::string> kernel_and_isa(const dnnl::primitive_desc_base& pd) {
-  const std::string s = pd.impl_info_str();
-  const size_t colon = s.find(':');
-  if (colon == std::string::npos) return {s, ""};
-  return {s.substr(0, colon), s.substr(colon + 1)};
-}
-
 }  // namespace
 
 ResidualJoin residual_join() {
@@ -77,9 +69,42 @@ dnnl::primitive_attr ConvEpilogue::sum_attr() const {
   return attr;
 }
 
+int onednn_version_number() {
+  const dnnl_version_t* v = dnnl_version();
+  return v->major * 10000 + v->minor * 100 + v->patch;
+}
+
+bool binary_join_kernel_wrong(const std::string& impl, int version) {
+  const size_t colon = impl.find(':');
+  if (colon == std::string::npos) return false;
+  return impl.compare(0, colon, "jit_1x1") == 0 &&
+         impl.find("amx", colon) != std::string::npos && version < 30400;
+}
+
+bool take_binary_join(ResidualJoin policy, const std::string& sum_impl, const std::string& bin_impl,
+                      size_t dst_bytes, int version) {
+  if (bin_impl.empty() || policy == ResidualJoin::sum ||
+      binary_join_kernel_wrong(bin_impl, version))
+    return false;
+  if (policy == ResidualJoin::binary) return true;
+  // The measured case only (conv_epilogue.h): brgconv_1x1's sum against the jit 1x1 kernel's
+  // binary add on the same instruction set, without AMX.
+  const auto split = [](const std::string& s) {
+    const size_t colon = s.find(':');
+    return colon == std::string::npos
+               ? std::pair<std::string, std::string>{s, ""}
+               : std::pair<std::string, std::string>{s.substr(0, colon), s.substr(colon + 1)};
+  };
+  const auto [sum_kernel, sum_isa] = split(sum_impl);
+  const auto [bin_kernel, bin_isa] = split(bin_impl);
+  return dst_bytes >= kBinaryJoinMinBytes && sum_kernel == "brgconv_1x1" &&
+         sum_isa.find("amx") == std::string::npos && bin_kernel.rfind("jit_", 0) == 0 &&
+         bin_kernel.find("1x1") != std::string::npos && bin_isa == sum_isa;
+}
+
 EpilogueConv make_epilogue_conv(const dnnl::convolution_forward::desc& d, const ConvEpilogue& e,
                                 const dnnl::engine& eng, bool batch_invariant) {
-  EpilogueConv out{dnnl::convolution_forward::primitive_desc(d, e.sum_attr(), eng), -1};
+  EpilogueConv out{dnnl::convolution_forward::primitive_desc(d, e.sum_attr(), eng), -1, {}};
   const ResidualJoin policy = residual_join();
   const float r = e.residual_scale;
   // Never into f32 (an f32 jit 1x1 kernel may keep partial sums in the destination, which is
@@ -93,18 +118,15 @@ EpilogueConv make_epilogue_conv(const dnnl::convolution_forward::desc& d, const 
   } catch (const dnnl::error&) {
     return out;  // no implementation takes the binary add here
   }
-  if (policy == ResidualJoin::automatic) {
-    // The measured case only (conv_epilogue.h): brgconv_1x1's sum against the jit 1x1
-    // kernel's binary add on the same instruction set, without AMX.
-    const auto [sum_kernel, sum_isa] = kernel_and_isa(out.pd);
-    const auto [bin_kernel, bin_isa] = kernel_and_isa(bin);
-    const bool measured = out.pd.dst_desc().get_size() >= kBinaryJoinMinBytes &&
-                          sum_kernel == "brgconv_1x1" &&
-                          sum_isa.find("amx") == std::string::npos &&
-                          bin_kernel.rfind("jit_", 0) == 0 &&
-                          bin_kernel.find("1x1") != std::string::npos && bin_isa == sum_isa;
-    if (!measured) return out;
+  const std::string bin_impl = bin.impl_info_str();
+  const int version = onednn_version_number();
+  if (binary_join_kernel_wrong(bin_impl, version)) {
+    out.binary_refused = bin_impl;
+    return out;
   }
+  if (!take_binary_join(policy, out.pd.impl_info_str(), bin_impl, out.pd.dst_desc().get_size(),
+                        version))
+    return out;
   // The binary post-op's index: after the linear scale of floats with r != 1 (binary_attr).
   out.binary_post_op = e.output_scales.empty() && r != 1.f ? 1 : 0;
   out.pd = bin;

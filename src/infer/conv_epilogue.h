@@ -17,6 +17,7 @@
 
 #include <dnnl.hpp>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace rn50::onednn {
@@ -27,7 +28,8 @@ namespace rn50::onednn {
 ///    brgconv_1x1 (not on AMX, unmeasured there) and runs the binary add in its jit 1x1 kernel
 ///    of the same instruction set; else the sum post-op.
 ///  * sum: always the sum post-op.
-///  * binary: the binary add wherever oneDNN builds it (the tests: the path on any CPU).
+///  * binary: the binary add wherever oneDNN builds it (the tests: the path on any CPU),
+///    except in a kernel known to compute it wrongly (binary_join_kernel_wrong).
 /// Whatever the policy, a conv with an f32 destination keeps the sum post-op: an f32 jit 1x1
 /// kernel may keep partial sums in the destination, which is also the shortcut here (bf16 and
 /// 8-bit kernels accumulate in registers or an f32 buffer of their own).
@@ -65,14 +67,44 @@ struct ConvEpilogue {
 struct EpilogueConv {
   dnnl::convolution_forward::primitive_desc pd;
   int binary_post_op = -1;
+  /// The implementation oneDNN offered for the binary add and binary_join_kernel_wrong
+  /// refused (whatever the policy), or empty: for logs and tests.
+  std::string binary_refused;
 };
+
+/// oneDNN's version as one number, major * 10000 + minor * 100 + patch (2.6.3 -> 20603).
+int onednn_version_number();
+
+/// Whether oneDNN implementation `impl` (impl_info_str(), "kernel:isa") computes a conv whose
+/// shortcut is a binary post-op wrongly in oneDNN `version` (onednn_version_number()'s form):
+/// the AMX 1x1 kernel ("jit_1x1:avx512_core_amx_int8", "..._bf16"; jit_avx512_core_amx_1x1_
+/// convolution) before oneDNN 3.4. Its configuration (init_conf) takes nb_os2_blocking = 2
+/// whenever two tiles of output rows are blocked, so a plane of exactly three tiles (6x6 =
+/// 3 x 12 rows: ResNet's last stage at 192 px, its third at 96 px) runs as four: each call writes
+/// one tile of rows past its image, into the next image (whose own call then reads the
+/// shortcut it overwrote: the wrong codes of issue 67) or past the tensor's end. oneDNN fixed it
+/// in commit 9ba6789 ("x64: 1x1 conv: fix os_tail computation", first in v3.4). oneDNN gives
+/// this kernel only the binary form here (the sum form runs in brgconv_1x1), so refusing the
+/// kernel keeps every such conv on the sum post-op.
+bool binary_join_kernel_wrong(const std::string& impl, int version);
+
+/// The choice make_epilogue_conv makes between the two forms of a shortcut's add, from what
+/// oneDNN offered: `sum_impl` and `bin_impl` (impl_info_str() of each form; bin_impl empty when
+/// oneDNN has no binary form), the destination's bytes, oneDNN's version. True = the binary add.
+///  * never where binary_join_kernel_wrong(bin_impl, version);
+///  * sum: never; binary: wherever it exists;
+///  * automatic: dst_bytes >= 8 MiB, sum_impl brgconv_1x1 of an ISA without AMX and bin_impl a
+///    jit 1x1 kernel of the same ISA (the measured case of the file comment).
+bool take_binary_join(ResidualJoin policy, const std::string& sum_impl, const std::string& bin_impl,
+                      size_t dst_bytes, int version);
 
 /// The primitive descriptor of forward-inference conv `d` (direct algorithm, fixed src/dst
 /// layouts) with epilogue `e`, the shortcut joined as residual_join() decides (file comment),
 /// or always by the sum post-op when `batch_invariant` (the automatic rule picks by the
 /// destination's size, so batches of other sizes would run other kernels, whose sums may
-/// round in another order). Throws dnnl::error when oneDNN has no implementation even with the
-/// sum post-op.
+/// round in another order). The binary add is never taken where take_binary_join says no
+/// (oneDNN's known-wrong kernel included). Throws dnnl::error when oneDNN has no
+/// implementation even with the sum post-op.
 EpilogueConv make_epilogue_conv(const dnnl::convolution_forward::desc& d, const ConvEpilogue& e,
                                 const dnnl::engine& eng, bool batch_invariant = false);
 
