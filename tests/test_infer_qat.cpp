@@ -143,12 +143,13 @@ Tensor fake_quant_reference(InferenceProgram p, Tensor x) {
   const std::vector<float> absmax = p.value_absmax;
   const bool qat_grid = p.qat_ranges;
   p.value_absmax.clear();
-  auto eng = make_cpu_engine(std::move(p), "fp32", [&](int v, const float* data, int64_t n) {
-    const auto i = static_cast<size_t>(v);
+  auto eng = make_cpu_engine(std::move(p), "fp32", [&](const ObservedValue& o) {
+    const auto i = static_cast<size_t>(o.value);
+    const int64_t n = o.count;
     if (!q[i]) return;
     // The observer sees the engine's own activation buffer right after the op wrote it and
     // before any reader runs: quantizing it there is the quantized network's forward.
-    float* d = const_cast<float*>(data);
+    float* d = const_cast<float*>(o.f32());
     if (qat_grid) {
       const float s = fake_quant::step_of(absmax[i]), inv = 1.f / s;
       for (int64_t k = 0; k < n; ++k) d[k] = fake_quant::quantize_dequantize(d[k], s, inv);

@@ -86,8 +86,10 @@ Calibrator::Calibrator(const InferenceProgram& program, const CalibrationConfig&
   for (const InferOp& op : program.ops)
     impl_->value_names.at(static_cast<size_t>(op.output)) = "'" + op.name + "'";
   Impl* impl = impl_.get();
-  impl_->engine = make_cpu_engine(std::move(p), "fp32", [impl](int v, const float* x, int64_t n) {
-    const auto i = static_cast<size_t>(v);
+  impl_->engine = make_cpu_engine(std::move(p), "fp32", [impl](const ObservedValue& o) {
+    const auto i = static_cast<size_t>(o.value);
+    const float* x = o.f32();
+    const int64_t n = o.count;
     for (int64_t k = 0; k < n; ++k)
       RN50_CHECK(std::isfinite(x[k]),
                  "calibration: {} produced a non-finite value ({}) on the calibration images: "

@@ -138,6 +138,10 @@ struct Plan {
   std::vector<Tensor> owned;               ///< QAT: fake-quantized f32 weights (fc, stem)
   std::vector<std::vector<float>> biases;  ///< int8: biases in accumulator units
   memory input;  ///< the network input buffer, NHWC (NCHW with blocked activations)
+  /// Per value (the program's, then the INT8 conversions' copies): how it is stored and its
+  /// scale (8-bit codes), for the observer.
+  std::vector<ObservedValue::Type> value_type;
+  std::vector<float> value_scale;
   /// The user's f32 input (NCHW [0] or NHWC [1]) into `input`, built on first use.
   dnnl::reorder load_input[2];
   const float* logits = nullptr;
@@ -162,7 +166,8 @@ class CpuEngine final : public InferenceEngine {
                "inference: --precision int8 needs a calibrated model (activation ranges); export "
                "it with rn50 export --precision int8 --image-root DIR --calib-images N (or from "
                "weights trained with --qat, which hold their ranges)");
-    RN50_CHECK(!observer_ || precision_ == "fp32", "inference: the observer needs fp32");
+    RN50_CHECK(!observer_ || precision_ == "fp32" || precision_ == "int8",
+               "inference: the observer needs fp32 or int8");
   }
 
   Tensor run(const Tensor& x) override {
@@ -185,7 +190,7 @@ class CpuEngine final : public InferenceEngine {
       load.execute(strm_, user, plan.input);
       if (profiled) strm_.wait();
     }
-    if (observer_) observe(0, plan.input);
+    if (observer_) observe(plan, 0, plan.input);
     for (Step& s : plan.steps) {
       if (profiled) {
         OpProfiler::Scope timed(*s.op, s.flops, s.traffic.bytes, s.traffic.precision);
@@ -194,7 +199,7 @@ class CpuEngine final : public InferenceEngine {
       } else {
         s.custom ? s.custom() : s.prim.execute(strm_, s.args);
       }
-      if (observer_) observe(s.value, s.args.at(DNNL_ARG_DST));
+      if (observer_) observe(plan, s.value, s.args.at(DNNL_ARG_DST));
     }
     strm_.wait();
     OpProfiler::Scope timed(kLogitsOp);
@@ -205,11 +210,17 @@ class CpuEngine final : public InferenceEngine {
 
   int num_classes() const override { return prog_.num_classes; }
 
-  /// Hands the f32 value just written to the observer (the buffer may be reused later).
-  void observe(int value, const memory& m) {
+  /// Hands the value just written to the observer (the buffer may be reused later).
+  void observe(const Plan& plan, int value, const memory& m) {
     strm_.wait();
-    observer_(value, static_cast<const float*>(m.get_data_handle()),
-              static_cast<int64_t>(m.get_desc().get_size() / sizeof(float)));
+    ObservedValue o;
+    o.value = value;
+    o.data = m.get_data_handle();
+    o.type = plan.value_type.at(static_cast<size_t>(value));
+    o.scale = plan.value_scale.at(static_cast<size_t>(value));
+    o.count = static_cast<int64_t>(m.get_desc().get_size() /
+                                   memory::data_type_size(m.get_desc().data_type()));
+    observer_(o);
   }
 
   const std::string& precision() const override { return precision_; }
@@ -389,6 +400,13 @@ class CpuEngine final : public InferenceEngine {
     }
 
     auto plan = std::make_unique<Plan>();
+    for (size_t v = 0; v < shape.size(); ++v) {
+      plan->value_type.push_back(vdt[v] == dt::u8     ? ObservedValue::Type::u8
+                                 : vdt[v] == dt::s8   ? ObservedValue::Type::s8
+                                 : vdt[v] == dt::bf16 ? ObservedValue::Type::bf16
+                                                      : ObservedValue::Type::f32);
+      plan->value_scale.push_back(is_int8(vdt[v]) ? scale[v] : 1.f);
+    }
     plan->n = n;
     plan->h = h;
     plan->w = w;

@@ -10,9 +10,28 @@
 
 namespace rn50 {
 
-/// Called after each op of an fp32 CPU engine's run() with the value it wrote: host f32 NHWC
-/// data of `count` elements, valid only during the call (calibration).
-using ValueObserver = std::function<void(int value, const float* data, int64_t count)>;
+/// A value as an op of a CPU engine's run() just wrote it: host NHWC data of `count` elements
+/// stored as `type`, valid only during the observer's call. 8-bit values hold codes (real value
+/// = code * scale; rn50/inference.h's INT8 rules); floats have scale 1.
+struct ObservedValue {
+  enum class Type : uint8_t { f32, bf16, u8, s8 };
+  /// The program's value index (InferenceProgram::producer's indexing; 0 = the input), or, at
+  /// or past producer.size(), a copy an INT8 engine made of one (quantized or dequantized).
+  int value = 0;
+  const void* data = nullptr;
+  int64_t count = 0;
+  Type type = Type::f32;
+  float scale = 1.f;
+  /// The data as f32; throws rn50::Error naming the value when it is stored otherwise.
+  const float* f32() const {
+    RN50_CHECK(type == Type::f32, "inference: value {} is not stored as f32", value);
+    return static_cast<const float*>(data);
+  }
+};
+
+/// Called after each op of an fp32 or INT8 CPU engine's run() with the value it wrote
+/// (calibration: fp32; the INT8 tests: each join's codes).
+using ValueObserver = std::function<void(const ObservedValue&)>;
 
 /// Throws rn50::Error naming x's shape unless it is what InferenceEngine::run takes: a host f32
 /// (N, 3, H, W) batch in NCHW or NHWC.
@@ -23,7 +42,7 @@ inline void check_image_batch(const Tensor& x) {
 }
 
 /// oneDNN engine (engine_cpu.cpp); precision "fp32", "bf16" or "int8" (rn50/inference.h).
-/// With an observer (fp32 only), every value is handed to it as it is written. Winograd 3x3
+/// With an observer (fp32 or int8), every value is handed to it as it is written. Winograd 3x3
 /// convolutions (fp32) only when conv_winograd_allowed() and not `batch_invariant`
 /// (EngineOptions::batch_invariant, which also runs the fc image by image); f32 activations
 /// in `layout` (EngineOptions::cpu_activations; NHWC with an observer).
