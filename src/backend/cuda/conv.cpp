@@ -8,10 +8,11 @@
 // kWorkspaceCap): the fastest deterministic result whose status is success, whose workspace
 // fits kWorkspaceCap and whose math type is allowed (no TF32 for F32 when
 // BackendOptions::allow_tf32 is false); a non-deterministic one only when no deterministic one
-// qualifies. The choice is remembered
-// for the whole process (another backend or model with the same convolution takes it without
-// searching). The shared workspace is grown to the plan's need then; later calls neither
-// allocate nor synchronise, so they can be recorded into a CUDA graph.
+// qualifies, or whenever RN50_CUDNN_NONDET=1. The choice is remembered for the whole process
+// (another backend or model with the same convolution takes it without searching) and, with
+// RN50_CUDNN_CACHE, between processes; RN50_CUDNN_LOG logs each plan's choice (conv_choices.h).
+// The shared workspace is grown to the plan's need then; later calls neither allocate nor
+// synchronise, so they can be recorded into a CUDA graph.
 //
 // Descriptors: activations with cudnnSetTensor4dDescriptor (CUDNN_TENSOR_NCHW / _NHWC), the
 // filter with cudnnSetFilter4dDescriptor (NCHW = KCRS = torchvision OIHW, NHWC = KRSC);
@@ -35,10 +36,11 @@
 
 #include <climits>
 #include <map>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "backend/cuda/conv_choices.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/plans.h"
 #include "core/check.h"
@@ -137,58 +139,6 @@ bool math_allowed(cudnnMathType_t m, DType dt, bool tf32) {
   if (dt == DType::f32 && !tf32) return m == CUDNN_FMA_MATH;
   if (m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return dt == DType::f16;
   return true;
-}
-
-/// Index of the fastest acceptable search result, or -1; `why` lists every result otherwise.
-/// Deterministic results (cudnn*AlgoPerf_t::determinism) are preferred: a non-deterministic one
-/// (atomics in the weight gradient, say) is taken only when no deterministic one is acceptable,
-/// so that a run repeats bit for bit once its algorithms are chosen (what
-/// torch.backends.cudnn.deterministic asks of PyTorch).
-template <class Perf>
-int pick(const std::vector<Perf>& res, int n, DType dt, bool tf32, std::string& why) {
-  int best = -1;
-  for (bool need_deterministic : {true, false}) {
-    for (int i = 0; i < n; ++i) {
-      const Perf& r = res[i];
-      const bool ok = r.status == CUDNN_STATUS_SUCCESS && r.memory <= kWorkspaceCap &&
-                      r.time >= 0 && math_allowed(r.mathType, dt, tf32) &&
-                      (!need_deterministic || r.determinism == CUDNN_DETERMINISTIC);
-      if (ok && (best < 0 || r.time < res[best].time)) best = i;
-      if (need_deterministic)
-        why += fmt::format("{}algo {} math {}{}: {} ({} bytes, {} ms)", why.empty() ? "" : "; ",
-                           static_cast<int>(r.algo), static_cast<int>(r.mathType),
-                           r.determinism == CUDNN_DETERMINISTIC ? "" : " non-deterministic",
-                           cudnnGetErrorString(r.status), r.memory, r.time);
-    }
-    if (best >= 0) break;
-  }
-  return best;
-}
-
-/// One algorithm search's outcome.
-struct Choice {
-  int algo = 0;                               ///< the direction's cudnn*Algo_t
-  size_t ws_bytes = 0;                        ///< workspace it needs
-  cudnnMathType_t math = CUDNN_DEFAULT_MATH;  ///< math type it was timed with
-};
-
-/// The outcome a search result `r` stands for.
-template <class Perf>
-Choice choice_of(const Perf& r) {
-  return Choice{static_cast<int>(r.algo), r.memory, r.mathType};
-}
-
-/// Search outcomes shared by every backend of the process, keyed by the plan's key, device,
-/// compute layout and TF32 setting (as PyTorch's cudnn.benchmark cache is): a second model or
-/// backend with the same convolutions takes the same algorithms instead of timing again, so
-/// two runs in one process compute the same numbers, and the search is paid once.
-struct ChoiceTable {
-  std::mutex mu;
-  std::map<std::string, Choice> by_key;
-};
-ChoiceTable& choice_table() {
-  static ChoiceTable t;
-  return t;
 }
 
 /// A role operand as cuDNN sees it: the caller's tensor when its memory order already matches
@@ -290,15 +240,30 @@ size_t max_workspace(cudnnHandle_t h, Dir d, const ConvPlan& plan) {
   return most;
 }
 
-/// Runs the algorithm search of direction `d` on the prepared operands and stores the choice
-/// in the plan. Returns false (with `why` filled) when no acceptable algorithm exists.
+/// The search results as the policy sees them (conv_choices.h).
+template <class Perf>
+std::vector<SearchResult> results_of(const std::vector<Perf>& res, int n, DType dt, bool tf32) {
+  std::vector<SearchResult> v;
+  for (int i = 0; i < n; ++i) {
+    const Perf& r = res[static_cast<size_t>(i)];
+    v.push_back({static_cast<int>(r.algo), r.status == CUDNN_STATUS_SUCCESS,
+                 cudnnGetErrorString(r.status), r.memory, r.time, static_cast<int>(r.mathType),
+                 math_allowed(r.mathType, dt, tf32), r.determinism == CUDNN_DETERMINISTIC});
+  }
+  return v;
+}
+
+/// Runs the algorithm search of direction `d` on the prepared operands, unless the process or
+/// RN50_CUDNN_CACHE remembers a choice for the key (conv_choices.h), and stores the choice in
+/// the plan. Returns false (with `why` filled) when no acceptable algorithm exists.
 bool find_algo(CudaBackend& be, Dir d, DType dt, ConvPlan& plan, const Operands& o,
                const std::string& key, std::string& why) {
   cudnnHandle_t h = be.cudnn();
   const bool tf32 = be.allow_tf32();
-  const std::string memo_key = fmt::format("{} dev{} in {} tf32={}", key, be.device().index,
-                                           layout_name(plan.layout), tf32);
-  ChoiceTable& table = choice_table();
+  const std::string store_key =
+      fmt::format("{} in {} tf32={}", key, layout_name(plan.layout), tf32);
+  ChoiceStore& store = ChoiceStore::instance();
+  const size_t cudnn_version = cudnnGetVersion();
   auto adopt = [&](const Choice& c) {
     switch (d) {
       case Dir::fwd: plan.fwd_algo = cudnnConvolutionFwdAlgo_t(c.algo); break;
@@ -306,22 +271,20 @@ bool find_algo(CudaBackend& be, Dir d, DType dt, ConvPlan& plan, const Operands&
       case Dir::bwd_filter: plan.bwd_filter_algo = cudnnConvolutionBwdFilterAlgo_t(c.algo); break;
     }
     plan.ws_bytes = c.ws_bytes;
-    RN50_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, c.math));
+    RN50_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, cudnnMathType_t(c.math)));
     plan.found = true;
   };
-  {
-    std::lock_guard<std::mutex> lock(table.mu);
-    auto it = table.by_key.find(memo_key);
-    if (it != table.by_key.end()) {
-      adopt(it->second);
-      return true;
-    }
+  if (auto hit = store.find(be.gpu_name(), cudnn_version, store_key)) {
+    adopt(hit->first);
+    store.log(roles(d).op, key, layout_name(plan.layout),
+              hit->second == ChoiceStore::Source::memo ? "memo" : "cache", hit->first, "");
+    return true;
   }
   const size_t ws_size = max_workspace(h, d, plan);
   void* ws = be.workspace.ensure(ws_size);
-  int count = 0, got = 0, best = -1;
+  int count = 0, got = 0;
   cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
-  Choice chosen;
+  std::vector<SearchResult> results;
   switch (d) {
     case Dir::fwd: {
       RN50_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &count));
@@ -329,9 +292,7 @@ bool find_algo(CudaBackend& be, Dir d, DType dt, ConvPlan& plan, const Operands&
       st = cudnnFindConvolutionForwardAlgorithmEx(h, plan.x, o.x.data(), plan.w, o.w.data(),
                                                   plan.conv, plan.y, o.y.data(), count, &got,
                                                   res.data(), ws, ws_size);
-      if (st != CUDNN_STATUS_SUCCESS) break;
-      best = pick(res, got, dt, tf32, why);
-      if (best >= 0) chosen = choice_of(res[best]);
+      results = results_of(res, got, dt, tf32);
       break;
     }
     case Dir::bwd_data: {
@@ -342,9 +303,7 @@ bool find_algo(CudaBackend& be, Dir d, DType dt, ConvPlan& plan, const Operands&
                                                        o.y.data(), plan.conv, plan.x,
                                                        o.x.data(), count, &got, res.data(), ws,
                                                        ws_size);
-      if (st != CUDNN_STATUS_SUCCESS) break;
-      best = pick(res, got, dt, tf32, why);
-      if (best >= 0) chosen = choice_of(res[best]);
+      results = results_of(res, got, dt, tf32);
       break;
     }
     case Dir::bwd_filter: {
@@ -355,9 +314,7 @@ bool find_algo(CudaBackend& be, Dir d, DType dt, ConvPlan& plan, const Operands&
                                                          o.y.data(), plan.conv, plan.w,
                                                          o.w.data(), count, &got, res.data(), ws,
                                                          ws_size);
-      if (st != CUDNN_STATUS_SUCCESS) break;
-      best = pick(res, got, dt, tf32, why);
-      if (best >= 0) chosen = choice_of(res[best]);
+      results = results_of(res, got, dt, tf32);
       break;
     }
   }
@@ -365,13 +322,16 @@ bool find_algo(CudaBackend& be, Dir d, DType dt, ConvPlan& plan, const Operands&
     why = fmt::format("the algorithm search failed with {}", cudnnGetErrorString(st));
     return false;
   }
-  if (best < 0) {
+  std::string rejected;
+  const std::optional<Choice> chosen =
+      pick_result(results, kWorkspaceCap, cudnn_nondeterministic(), &rejected, &why);
+  if (!chosen) {
     if (why.empty()) why = "no algorithm returned";
     return false;
   }
-  adopt(chosen);
-  std::lock_guard<std::mutex> lock(table.mu);
-  table.by_key.emplace(memo_key, chosen);
+  adopt(*chosen);
+  store.remember(be.gpu_name(), cudnn_version, store_key, *chosen);
+  store.log(roles(d).op, key, layout_name(plan.layout), "search", *chosen, rejected);
   return true;
 }
 

@@ -189,6 +189,9 @@ CudaBackend::CudaBackend(const BackendOptions& opt)
     RN50_CUDNN_CHECK(cudnnCreate(&cudnn_));
     RN50_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
     RN50_CUBLAS_CHECK(cublasLtCreate(&cublaslt_));
+    cudaDeviceProp prop{};
+    RN50_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index_));
+    gpu_name_ = prop.name;
   } catch (...) {
     release_handles(stream_, copy_stream_, cudnn_, cublaslt_);
     throw;

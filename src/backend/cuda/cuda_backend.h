@@ -148,6 +148,9 @@ class CudaBackend final : public Backend {
   cudnnHandle_t cudnn() const { return cudnn_; }
   cublasLtHandle_t cublaslt() const { return cublaslt_; }
   bool allow_tf32() const { return allow_tf32_; }
+  /// The device's name (cudaDeviceProp::name, "NVIDIA H100 80GB HBM3"): the key of cached
+  /// algorithm choices (conv_choices.h).
+  const std::string& gpu_name() const { return gpu_name_; }
   /// Throws rn50::Error naming op/name unless t is a defined tensor on this device.
   void check_device(const char* op, const char* name, const Tensor& t) const;
   /// Dtype/layout conversion between two device tensors of one logical shape (convert.cu).
@@ -167,6 +170,7 @@ class CudaBackend final : public Backend {
  private:
   int device_index_ = 0;
   bool allow_tf32_ = true;
+  std::string gpu_name_;
   cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   cublasLtHandle_t cublaslt_ = nullptr;
