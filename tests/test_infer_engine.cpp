@@ -439,6 +439,58 @@ TEST(InferBench, WritesOneConformingLinePerBatchSize) {
   EXPECT_THROW(bench_infer(c, out), Error);
 }
 
+// A device engine (the reference backend's, as CUDA's) is timed on an input kept on the
+// device unless --include-upload; the CPU engine on its host input; every line and record says
+// which. The device-resident call gives run()'s logits (they stay on the device).
+TEST(InferBench, DeviceEnginesTimeADeviceResidentInputUnlessAskedToIncludeTheUpload) {
+  Fixture f("resnet18", 4);
+  const InferenceProgram prog = fold_network(f.model->desc(), f.sd);
+  for (const char* device : {"ref", "cpu"}) {
+    for (bool upload : {false, true}) {
+      EngineOptions eo;
+      eo.device = device;
+      auto engine = make_inference_engine(prog, eo);
+      const std::string report = std::string(RN50_BINARY_DIR) + "/infer_resident_test.jsonl";
+      std::remove(report.c_str());
+      InferBenchConfig c;
+      c.batch_sizes = {2};
+      c.crop_size = 32;
+      c.steps = 2;
+      c.warmup_steps = 1;
+      c.engine = eo;
+      c.include_upload = upload;
+      std::ostringstream out;
+      {
+        ReportWriter w(report);
+        time_engine(*engine, c, "resnet18", 4, out, &w);
+      }
+      const std::string want = std::string(device) == "cpu" ? "host"
+                               : upload                     ? "host+upload"
+                                                            : "device";
+      std::ifstream fin(report);
+      std::string line;
+      ASSERT_TRUE(std::getline(fin, line));
+      const auto j = nlohmann::json::parse(line);
+      EXPECT_TRUE(check_report_line(j).empty()) << line;
+      EXPECT_EQ(j.at("input"), want) << device << " upload " << upload;
+      EXPECT_NE(out.str().find(" " + want + "\n"), std::string::npos) << out.str();
+    }
+  }
+  // The staged input runs the same network as run(): nothing staged throws; the CPU engine
+  // stages nothing.
+  EngineOptions eo;
+  eo.device = "ref";
+  auto engine = make_inference_engine(prog, eo);
+  EXPECT_THROW(engine->run_device_resident(), Error);
+  const Tensor x = random_images(2, 32, 5);
+  ASSERT_TRUE(engine->stage_on_device(x));
+  engine->run_device_resident();
+  const Tensor want = engine->run(x);
+  EXPECT_EQ(rel_l2(engine->run(x), want), 0.0);
+  EXPECT_FALSE(make_inference_engine(prog)->stage_on_device(x));
+  EXPECT_THROW(make_inference_engine(prog)->run_device_resident(), Error);
+}
+
 // --profile with an engine on a compute backend (here the reference one, as CUDA's): a second
 // engine behind the profiling backend runs the profiled calls, one backend op per program op.
 TEST(InferBench, ProfilesADeviceEngineThroughTheProfilingBackend) {

@@ -193,6 +193,7 @@ InferBenchConfig infer_bench_config(const Config& c) {
   b.exact_decode = c.exact_decode;
   b.profile = c.profile;
   b.peak_file = c.peak_file;
+  b.include_upload = c.include_upload;
   return b;
 }
 

@@ -186,6 +186,11 @@ class Backend {
   /// workspace exists). Returns nullptr, without calling fn, when the backend cannot record
   /// (CPU backends). Throws rn50::Error when recording fails.
   virtual std::unique_ptr<Graph> capture(const std::function<void()>& fn) { return nullptr; }
+  /// Marks the start (true) or the end (false) of a timed region for an external profiler:
+  /// CUDA calls cudaProfilerStart / cudaProfilerStop, the range that `nsys
+  /// --capture-range=cudaProfilerApi` and tools/ktrace (KTRACE_RANGE=profiler) record; no-op on
+  /// other backends. The benchmarks call it around their measured steps, the device idle.
+  virtual void profiler_range(bool start) {}
 
   /// The memory layout this backend wants conv weights (and their gradients) in, given the
   /// activation layout: NCHW (= OIHW) on CPU backends; the activation layout on CUDA (cuDNN's

@@ -61,6 +61,9 @@ struct Config {
   /// Each op is timed on its own (the backend synchronised after it; no CUDA graph), so the
   /// figures of a profiled run are of that run.
   bool profile = false;
+  /// --include-upload (rn50 bench infer on a GPU): time the input's upload and the logits' copy
+  /// back with each call; default false: the input stays on the device (InferBenchConfig).
+  bool include_upload = false;
   /// --peak-file: a file holding "peak" records (`rn50 bench peak --report-file FILE`); the
   /// benchmark records then carry the share of the measured peak of their precision
   /// (rn50/roofline.h). Empty = no share (GFLOP/image and achieved GFLOP/s are recorded anyway).

@@ -312,6 +312,15 @@ class InferenceEngine {
   /// normalised as in training (ImageNet mean/std). Throws rn50::Error naming the shape when x
   /// is not such a tensor or is too small for the network.
   virtual Tensor run(const Tensor& x) = 0;
+  /// Engines on a device (CUDA): keeps a device copy of `x` (what run() takes) for
+  /// run_device_resident() and returns true; host engines return false (the input is already
+  /// where they compute). Throws as run() does on a bad `x`.
+  virtual bool stage_on_device(const Tensor& x) { return false; }
+  /// Runs the batch stage_on_device() kept, as a framework benchmark runs a tensor already on
+  /// the device (the torch peer's `m(x)`): the device-side conversion into the engine's
+  /// compute dtype and layout, the network, and a wait for the logits, which stay on the device
+  /// (nothing crosses PCIe). Throws rn50::Error when nothing was staged.
+  virtual void run_device_resident();
   virtual int num_classes() const = 0;
   virtual const std::string& precision() const = 0;
   virtual const InferenceProgram& program() const = 0;
@@ -393,6 +402,10 @@ struct InferBenchConfig {
   /// --peak-file: "peak" records (rn50 bench peak) to state each result's share of the peak of
   /// its precision (rn50/roofline.h); empty = none.
   std::string peak_file;
+  /// --include-upload: on a device, time run() with the host input's upload and the logits'
+  /// copy back; default false: the input stays on the device between calls, as the torch peer
+  /// times it (InferenceEngine::run_device_resident). Every result says which ("input").
+  bool include_upload = false;
 };
 
 /// Accuracy of an engine over an ImageFolder val split.

@@ -128,6 +128,7 @@ class ProfilingBackend final : public Backend {
   void forget_input(const Tensor& dst) override { in_->forget_input(dst); }
   /// No graphs: a recorded graph would run its ops where no profiler can see them one by one.
   std::unique_ptr<Graph> capture(const std::function<void()>& fn) override { return nullptr; }
+  void profiler_range(bool start) override { in_->profiler_range(start); }
   Layout preferred_weight_layout(Layout activation_layout) const override {
     return in_->preferred_weight_layout(activation_layout);
   }

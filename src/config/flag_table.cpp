@@ -40,6 +40,11 @@ void add_run_and_recipe(std::vector<FlagSpec>& t) {
   t.push_back(integer("--benchmark-warmup-steps", &C::benchmark_warmup_steps,
                       "untimed benchmark steps (calls) before measuring", TE | BT | BI | BP,
                       at_least(0)));
+  t.push_back(switch_("--include-upload", &C::include_upload,
+                      "rn50 bench infer on a GPU: time each call with the host input's upload "
+                      "and the logits' copy back (default: the input stays on the device, as "
+                      "framework benchmarks time it); every result line says which",
+                      BI));
   t.push_back(switch_("--profile", &C::profile,
                       "time every op of the measured steps (forward, backward-data, "
                       "backward-weights apart; reorders and copies as ops of their own): a "

@@ -267,6 +267,12 @@ std::vector<ReportRecordType> make_schema() {
   f.push_back(req("crop_size", T::integer, "input height and width, pixels"));
   f.push_back(req("precision", T::string, "engine precision: fp32, tf32, fp16, bf16 or int8"));
   f.push_back(req("device", T::string, "engine device: cpu or cuda:N"));
+  f.push_back(opt("input", T::string,
+                  "where each timed call's input came from: host (the CPU engine), device (kept "
+                  "on the GPU between calls, as the torch peer times it) or host+upload (a GPU "
+                  "engine with --include-upload: the upload and the logits' copy back timed "
+                  "too); always written since 2026-12-06 (before, GPU engines timed "
+                  "host+upload)"));
   add_roofline(f, "the forward pass");
   s.push_back(std::move(infer));
 

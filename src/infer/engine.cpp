@@ -15,6 +15,12 @@ std::unique_ptr<Backend> engine_backend(std::unique_ptr<Backend> be, const Engin
 }
 }  // namespace
 
+void InferenceEngine::run_device_resident() {
+  RN50_FAIL("inference: the {} engine computes on the host; it has no device-resident input "
+            "(stage_on_device returned false)",
+            precision());
+}
+
 std::unique_ptr<InferenceEngine> make_inference_engine(InferenceProgram program,
                                                        const EngineOptions& opt) {
   RN50_CHECK(!program.ops.empty(), "inference: the program is empty");

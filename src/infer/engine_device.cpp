@@ -70,20 +70,32 @@ class DeviceEngine final : public InferenceEngine {
     Tensor& staged = plan.staging[x.layout() == Layout::NHWC];
     if (!staged.defined()) staged = be_->alloc(x.shape(), DType::f32, x.layout());
     be_->copy(x, staged);
-    be_->copy(staged, plan.values[0]);
-    if (plan.graph) {
-      plan.graph->replay();
-    } else {
-      run_ops(plan);
-      // The eager run chose every algorithm and grew every workspace: record it now (CPU
-      // backends return no graph at once, without calling the function).
-      plan.graph = be_->capture([&] { run_ops(plan); });
-    }
-    be_->copy(plan.values[static_cast<size_t>(prog_.ops.back().output)], plan.logits);
+    forward(plan, staged);
     Tensor out = Tensor::empty({x.n(), prog_.num_classes}, DType::f32);
     be_->copy(plan.logits, out);
     be_->synchronize();
     return out;
+  }
+
+  bool stage_on_device(const Tensor& x) override {
+    check_image_batch(x);
+    std::lock_guard<std::mutex> lock(mu_);
+    Plan& plan = plan_for(x.n(), x.h(), x.w());
+    Tensor& staged = plan.staging[x.layout() == Layout::NHWC];
+    if (!staged.defined()) staged = be_->alloc(x.shape(), DType::f32, x.layout());
+    be_->copy(x, staged);
+    be_->synchronize();
+    resident_ = &plan;
+    resident_input_ = staged;
+    return true;
+  }
+
+  void run_device_resident() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    RN50_CHECK(resident_ != nullptr,
+               "inference: run_device_resident before stage_on_device: nothing is on the device");
+    forward(*resident_, resident_input_);
+    be_->synchronize();
   }
 
   int num_classes() const override { return prog_.num_classes; }
@@ -101,6 +113,21 @@ class DeviceEngine final : public InferenceEngine {
     Tensor logits;               ///< f32 (N, classes) on the device
     std::unique_ptr<Graph> graph;
   };
+
+  /// The device f32 input `staged` (the caller's layout) converted into the plan's input, the
+  /// network (its graph once recorded) and the logits into plan.logits, queued on the backend.
+  void forward(Plan& plan, const Tensor& staged) {
+    be_->copy(staged, plan.values[0]);
+    if (plan.graph) {
+      plan.graph->replay();
+    } else {
+      run_ops(plan);
+      // The eager run chose every algorithm and grew every workspace: record it now (CPU
+      // backends return no graph at once, without calling the function).
+      plan.graph = be_->capture([&] { run_ops(plan); });
+    }
+    be_->copy(plan.values[static_cast<size_t>(prog_.ops.back().output)], plan.logits);
+  }
 
   void run_ops(Plan& plan) {
     for (size_t i = 0; i < prog_.ops.size(); ++i) {
@@ -139,7 +166,10 @@ class DeviceEngine final : public InferenceEngine {
     const auto key = std::make_tuple(n, h, w);
     auto it = plans_.find(key);
     if (it != plans_.end()) return *it->second;
-    if (plans_.size() >= 8) plans_.erase(plans_.begin());  // a server sees a few batch sizes
+    if (plans_.size() >= 8) {  // a server sees a few batch sizes
+      if (resident_ == plans_.begin()->second.get()) resident_ = nullptr;
+      plans_.erase(plans_.begin());
+    }
     auto plan = std::make_unique<Plan>();
     plan->values.resize(prog_.producer.size());
     plan->values[0] = be_->alloc({n, 3, h, w}, dt_, Layout::NHWC);
@@ -190,6 +220,9 @@ class DeviceEngine final : public InferenceEngine {
   std::vector<Weights> weights_;  ///< by op index
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
   std::mutex mu_;
+  /// stage_on_device's plan and device input (run_device_resident); null before.
+  Plan* resident_ = nullptr;
+  Tensor resident_input_;
 };
 
 }  // namespace

@@ -98,7 +98,12 @@ TrainBenchmarkResult run_train_benchmark(Session& s) {
   float last_loss = 0;
   double wait_at_warm = 0;
   for (int64_t i = 0; i < warm + steps; ++i) {
-    if (i == warm) wait_at_warm = s.step().comm_wait_seconds();
+    if (i == warm) {
+      wait_at_warm = s.step().comm_wait_seconds();
+      // The measured steps for an external profiler (the device is idle: the last warmup step
+      // synchronised at its boundary).
+      s.backend->profiler_range(true);
+    }
     const auto tw = ThroughputMeter::Clock::now();
     if (!s.train->next(b)) {
       s.train->start_epoch(++epoch);
@@ -128,6 +133,7 @@ TrainBenchmarkResult run_train_benchmark(Session& s) {
                                        : std::string());
     }
   }
+  s.backend->profiler_range(false);
   const double job_ips = meter.ips() * world;
   s.log.out("benchmark: train.ips {:.2f} img/s over {} steps of batch {} x {} process(es) ({:.2f} "
             "s), data {:.4f} s/step compute {:.4f} s/step\n",

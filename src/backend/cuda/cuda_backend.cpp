@@ -3,6 +3,7 @@
 // upload of the next batch, CUDA graph capture, supports(), and the functions the registry
 // calls (make_cuda_backend, cuda_device_count, cuda_unavailable_reason).
 // The ops live in conv.cpp, linear.cpp and the *.cu kernel files (see cuda_backend.h).
+#include <cuda_profiler_api.h>
 #include <fmt/format.h>
 
 #include <atomic>
@@ -448,6 +449,10 @@ void CudaBackend::forget_input(const Tensor& dst) {
 }
 
 // ---------------------------------------------------------------- graphs
+
+void CudaBackend::profiler_range(bool start) {
+  RN50_CUDA_CHECK(start ? cudaProfilerStart() : cudaProfilerStop());
+}
 
 std::unique_ptr<Graph> CudaBackend::capture(const std::function<void()>& fn) {
   RN50_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));

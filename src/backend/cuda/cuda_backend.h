@@ -85,6 +85,8 @@ class CudaBackend final : public Backend {
   void release_input(const Tensor& dst) override;
   void forget_input(const Tensor& dst) override;
   std::unique_ptr<Graph> capture(const std::function<void()>& fn) override;
+  /// cudaProfilerStart / cudaProfilerStop (Backend::profiler_range).
+  void profiler_range(bool start) override;
 
   void conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w, Tensor& y) override;
   void conv2d_bias_act_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w,
