@@ -22,7 +22,7 @@ namespace rn50::test {
 
 /// The interpreter the parity and helper scripts run with: $RN50_TEST_PYTHON when set, else
 /// /usr/bin/python3 (Debian's python3-torch, torchvision, PIL, numpy, onnx, opencv, matplotlib).
-/// A GPU image whose PyTorch lives in another interpreter sets it (scripts/gpu-check.sh does).
+/// A GPU image whose PyTorch lives in another interpreter sets it (scripts/gpu-window.sh does).
 inline const char* python() {
   static const std::string p = [] {
     const char* env = std::getenv("RN50_TEST_PYTHON");
