@@ -46,9 +46,10 @@ bash scripts/setup.sh > /dev/null
 [ -f "$SHARED/peers/torch_reference.py" ] || { say "no $SHARED/peers/torch_reference.py"; exit 1; }
 
 # ---- the build ----
+mkdir -p "$B"
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRN50_CUDA=ON -DRN50_NATIVE=OFF \
-  "-DRN50_CUDA_ARCHS=$ARCHS" -DRN50_SERVE=OFF -DRN50_ONNX=AUTO -DRN50_BUILD_TESTS=ON > "$B.configure.log" 2>&1 ||
-  { tail -30 "$B.configure.log"; say "configure failed"; exit 1; }
+  "-DRN50_CUDA_ARCHS=$ARCHS" -DRN50_SERVE=OFF -DRN50_ONNX=AUTO -DRN50_BUILD_TESTS=ON > "$B/configure.log" 2>&1 ||
+  { tail -30 "$B/configure.log"; say "configure failed"; exit 1; }
 targets="rn50_cli rn50_parallel_worker rn50_parallel_train_worker rn50_ktrace $TESTS"
 say "building $(echo $targets | wc -w) targets in $B (CUDA archs $ARCHS, portable x86-64)"
 # shellcheck disable=SC2086
@@ -84,7 +85,7 @@ rev=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src include tests to
   echo "build_dir $ROOT/$B"
   echo "cmake -DRN50_CUDA=ON -DRN50_NATIVE=OFF -DRN50_CUDA_ARCHS=$ARCHS -DRN50_SERVE=OFF"
   echo "nvcc $(/usr/local/cuda/bin/nvcc --version | tail -1)"
-  grep -E 'rn50: (CUDA|MPI)' "$B.configure.log" || true
+  grep -E 'rn50: (CUDA|MPI)' "$B/configure.log" || true
   echo "binaries: $BINS $(echo $TESTS)"
   echo "lib: $(cd "$stage/lib" && ls *.so* 2> /dev/null | tr '\n' ' ')"
   echo "lib/fallback: $(ls "$stage/lib/fallback" | tr '\n' ' ')"

@@ -28,7 +28,13 @@ namespace fs = std::filesystem;
 namespace {
 constexpr int64_t kImageNetTrainImages = 1281167;
 constexpr int64_t kImageNetValImages = 50000;
+/// set_session_backend_wrapper's function (tests only; null in every program).
+SessionBackendWrapper g_backend_wrapper;
 }  // namespace
+
+void set_session_backend_wrapper(SessionBackendWrapper wrapper) {
+  g_backend_wrapper = std::move(wrapper);
+}
 
 Session::Session(const Config& c, const ProcessInfo& p, Logger& l)
     : cfg(c),
@@ -100,6 +106,7 @@ void Session::setup_backend() {
   // --profile: every op through the profiling backend, timed whenever the benchmark's profiler
   // is active (rn50/profile.h).
   if (cfg.profile) backend = make_profiling_backend(std::move(backend));
+  if (g_backend_wrapper) backend = g_backend_wrapper(std::move(backend));  // tests only
   comm_ = make_communicator(cfg.dist_backend, *backend);
   RN50_CHECK(comm_->world_size() == proc.world_size,
              "communicator '{}' sees {} processes, the launcher {}", comm_->name(),

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -113,6 +114,14 @@ class Session {
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<GradBucketer> bucketer_;
 };
+
+/// Test seam: a function every Session passes its backend through, right after making it (and
+/// after --profile's wrapper), before anything else uses it. Tests install a recording decorator
+/// (tests/recording_backend.h) to see every backend call of a real run; nothing else sets it.
+/// Null (the default): the backend is used as made. Process-wide; set it before building the
+/// Session and reset it (to null) after.
+using SessionBackendWrapper = std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>;
+void set_session_backend_wrapper(SessionBackendWrapper wrapper);
 
 /// The epoch loop (train/train_loop.cpp): from s.start_epoch to --epochs, a step line every
 /// --print-interval steps, checkpoints every --save-interval epochs, validation every

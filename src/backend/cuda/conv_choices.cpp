@@ -17,6 +17,9 @@ namespace {
 /// RN50_CUDNN_NONDET's override: -1 none, else 0 / 1.
 std::atomic<int> g_nondet_override{-1};
 
+/// ChoiceStore::set_instance_for_tests's store, or null.
+std::atomic<ChoiceStore*> g_instance_override{nullptr};
+
 /// A warning on stderr (the backends have no logger of their own).
 template <class... A>
 void warn(fmt::format_string<A...> f, A&&... a) {
@@ -84,8 +87,13 @@ void set_cudnn_nondeterministic(std::optional<bool> v) {
 }
 
 ChoiceStore& ChoiceStore::instance() {
+  if (ChoiceStore* o = g_instance_override.load(std::memory_order_acquire)) return *o;
   static ChoiceStore s(env_or_empty("RN50_CUDNN_CACHE"), env_or_empty("RN50_CUDNN_LOG"));
   return s;
+}
+
+void ChoiceStore::set_instance_for_tests(ChoiceStore* store) {
+  g_instance_override.store(store, std::memory_order_release);
 }
 
 ChoiceStore::ChoiceStore(std::string cache_file, std::string log_file)

@@ -67,6 +67,11 @@ class ChoiceStore {
  public:
   /// The process's store (reads RN50_CUDNN_CACHE and RN50_CUDNN_LOG on first use).
   static ChoiceStore& instance();
+  /// Test seam (tests/cuda_seam/test_cuda_host_calls.cpp): makes instance() return `store`
+  /// until called again with nullptr (the process's own store again), so that a test can give
+  /// the convolutions a store on its own files, or a fresh one standing for the next process.
+  /// Not synchronised with searches running meanwhile; nothing but tests calls it.
+  static void set_instance_for_tests(ChoiceStore* store);
   /// A store on explicit files ("" = none), for tests.
   ChoiceStore(std::string cache_file, std::string log_file);
 

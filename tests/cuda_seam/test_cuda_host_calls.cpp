@@ -1,0 +1,373 @@
+// The CUDA backend's host logic without a GPU: its own compiled code (librn50_cuda.a) linked
+// against stub definitions of the CUDA runtime, cuDNN and cuBLASLt (cuda_stubs.cpp: fake device
+// memory in host memory, kernel launches recorded but never run, streams, events and graphs as
+// small host objects, stream capture emulated). Built only where the CUDA backend is
+// (RN50_HAVE_CUDA); runs in CI on the CPU. What it holds the backend to:
+//  * the cuDNN algorithm search (conv.cpp): cudnnFind*AlgorithmEx of every direction gets a
+//    workspace as large as the largest size cudnnGet*WorkspaceSize reported for the plan (under
+//    the 1 GiB cap), in a buffer at least that large (the first GPU run searched with 0 bytes:
+//    bench/results/gpu/2026-11-26/README.md), and the convolution then runs the policy's pick
+//    (the fastest deterministic result) with its workspace;
+//  * choices are memoised for the process (a second convolution with the same key, on the same
+//    or another backend, searches nothing; another shape searches), and persisted with
+//    RN50_CUDNN_CACHE (a fresh ChoiceStore on the file, standing for the next process, takes
+//    the choice without searching);
+//  * a captured region (Backend::capture after one eager call) has no cudaMalloc, cudaFree,
+//    pinned allocation or synchronisation, and replays with one cudaGraphLaunch; capturing a
+//    convolution that never ran eagerly fails (the stubs refuse its allocation);
+//  * a TrainStep on the stubbed backend (the small net, fp16 with loss scaling, graphs): each
+//    steady-state step is one cudaGraphLaunch, the batch's two uploads and the lr copy, no
+//    allocation, no stream or device synchronisation, no kernel outside the graph.
+// Test names contain HostCalls (--gtest_filter='*HostCalls*').
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/conv_choices.h"
+#include "cuda_stubs.h"
+#include "model/input_stage.h"
+#include "rn50/backend.h"
+#include "rn50/model.h"
+#include "step_test_util.h"
+#include "train/optimizer.h"
+#include "train/train_step.h"
+
+namespace rn50 {
+namespace {
+
+namespace fs = std::filesystem;
+using cuda_stub::count;
+using cuda_stub::count_in_capture;
+using cuda_stub::StubCall;
+
+/// The calls a captured region must not make (a CUDA graph records none of them).
+const char* const kAllocFns[] = {"cudaMalloc", "cudaFree", "cudaMallocHost", "cudaHostAlloc",
+                                 "cudaFreeHost"};
+const char* const kSyncFns[] = {"cudaStreamSynchronize", "cudaDeviceSynchronize",
+                                "cudaEventSynchronize"};
+constexpr size_t kWorkspaceCap = size_t{1} << 30;  // conv.cpp's kWorkspaceCap
+
+std::string dump(const std::vector<StubCall>& cs, bool kernels = false) {
+  std::string s;
+  for (const StubCall& c : cs) {
+    if (c.fn == "kernel" && !kernels) continue;
+    s += "\n  " + c.fn + (c.in_capture ? " [capture]" : "") + (c.failed ? " FAILED" : "") +
+         (c.detail.empty() ? "" : " " + c.detail) +
+         (c.bytes ? " " + std::to_string(c.bytes) + " B" : "");
+  }
+  return s;
+}
+
+/// The calls of a capture: from cudaStreamBeginCapture to cudaStreamEndCapture, inclusive.
+std::vector<StubCall> capture_region(const std::vector<StubCall>& cs) {
+  auto b = std::find_if(cs.begin(), cs.end(),
+                        [](const StubCall& c) { return c.fn == "cudaStreamBeginCapture"; });
+  auto e = std::find_if(b, cs.end(),
+                        [](const StubCall& c) { return c.fn == "cudaStreamEndCapture"; });
+  if (b == cs.end() || e == cs.end()) return {};
+  return std::vector<StubCall>(b, e + 1);
+}
+
+void expect_no_alloc_or_sync(const std::vector<StubCall>& cs, const std::string& where) {
+  for (const char* fn : kAllocFns) EXPECT_EQ(count(cs, fn), 0) << fn << " " << where << dump(cs);
+  for (const char* fn : kSyncFns) EXPECT_EQ(count(cs, fn), 0) << fn << " " << where << dump(cs);
+}
+
+struct Conv {
+  std::unique_ptr<Backend> be;
+  Tensor x, w, y;
+  Conv2dParams p;
+};
+
+/// A 3x3 pad-1 convolution x (n, c, hw, hw) -> y (n, k, hw, hw), f32 NCHW, on a fresh backend
+/// (or on `be` when given).
+Conv make_conv(int64_t n, int64_t c, int64_t k, int64_t hw, std::unique_ptr<Backend> be = {}) {
+  Conv v;
+  v.be = be ? std::move(be) : make_backend("cuda");
+  v.x = v.be->alloc({n, c, hw, hw}, DType::f32, Layout::NCHW);
+  v.w = v.be->alloc({k, c, 3, 3}, DType::f32, Layout::NCHW);
+  v.y = v.be->alloc({n, k, hw, hw}, DType::f32, Layout::NCHW);
+  v.p.pad = 1;
+  return v;
+}
+void all_three(Conv& v) {
+  v.be->conv2d_fwd(v.p, v.x, v.w, v.y);
+  v.be->conv2d_bwd_data(v.p, v.y, v.w, v.x);
+  v.be->conv2d_bwd_weights(v.p, v.x, v.y, v.w);
+}
+
+/// Makes ChoiceStore::instance() return `s` for the lifetime of the object.
+struct UseStore {
+  explicit UseStore(cuda::ChoiceStore& s) { cuda::ChoiceStore::set_instance_for_tests(&s); }
+  ~UseStore() { cuda::ChoiceStore::set_instance_for_tests(nullptr); }
+};
+
+TEST(CudaStubsHostCalls, TheBackendRunsOnTheStubs) {
+  EXPECT_GT(cuda_stub::registered_kernels(), 20u);  // the fat binaries registered their kernels
+  EXPECT_EQ(cuda_device_count(), 1);
+  auto be = make_backend("cuda");
+  EXPECT_EQ(be->name(), "cuda");
+  const auto env = be->environment();
+  EXPECT_NE(std::find(env.begin(), env.end(),
+                      std::pair<std::string, std::string>{"gpu", "rn50 stub GPU"}),
+            env.end());
+  // A copy through fake device memory comes back.
+  Tensor h = Tensor::empty({8}, DType::f32), back = Tensor::empty({8}, DType::f32);
+  for (int i = 0; i < 8; ++i) h.data_as<float>()[i] = static_cast<float>(i);
+  Tensor d = be->alloc({8}, DType::f32, Layout::NCHW);
+  be->copy(h, d);
+  be->copy(d, back);
+  EXPECT_EQ(back.data_as<float>()[7], 7.f);
+}
+
+TEST(CudaConvHostCalls, FindGetsTheLargestReportedWorkspace) {
+  const size_t q0 = cuda_stub::workspace_queries().size(), c0 = cuda_stub::num_calls();
+  Conv v = make_conv(2, 16, 24, 8);  // shapes no other test uses: nothing is memoised
+  all_three(v);
+  const std::vector<StubCall> cs = cuda_stub::calls(c0);
+  std::vector<cuda_stub::WorkspaceQuery> qs = cuda_stub::workspace_queries();
+  qs.erase(qs.begin(), qs.begin() + static_cast<std::ptrdiff_t>(q0));
+  const std::map<std::string, std::string> run_of = {
+      {"cudnnFindConvolutionForwardAlgorithmEx", "cudnnConvolutionForward"},
+      {"cudnnFindConvolutionBackwardDataAlgorithmEx", "cudnnConvolutionBackwardData"},
+      {"cudnnFindConvolutionBackwardFilterAlgorithmEx", "cudnnConvolutionBackwardFilter"}};
+  for (const auto& [find_fn, run_fn] : run_of) {
+    SCOPED_TRACE(find_fn);
+    ASSERT_EQ(count(cs, find_fn), 1) << dump(cs);
+    ASSERT_EQ(count(cs, run_fn), 1) << dump(cs);
+    const StubCall& f = *std::find_if(cs.begin(), cs.end(),
+                                      [&](const StubCall& c) { return c.fn == find_fn; });
+    // The largest workspace reported for this plan (direction and descriptors), under the cap.
+    size_t most = 0;
+    std::map<int, size_t> by_algo;
+    int answers = 0;
+    for (const auto& q : qs) {
+      if (f.detail != q.dir + " " + q.plan) continue;
+      ++answers;
+      if (q.ok && q.bytes <= kWorkspaceCap) {
+        most = std::max(most, q.bytes);
+        by_algo[q.algo] = q.bytes;
+      }
+    }
+    EXPECT_GE(answers, 6) << "the plan's workspace was not queried for every algorithm";
+    ASSERT_GT(most, 0u);
+    EXPECT_EQ(f.bytes, most) << "the search got another workspace size than the largest reported";
+    ASSERT_NE(f.ptr, nullptr);
+    EXPECT_GE(cuda_stub::device_bytes_from(f.ptr), most) << "the search's workspace buffer is short";
+    // The convolution runs the pick: algorithm 5, the fastest deterministic one (the stubs make
+    // algorithm 1 faster but non-deterministic), with its workspace in a buffer that large.
+    const StubCall& r = *std::find_if(cs.begin(), cs.end(),
+                                      [&](const StubCall& c) { return c.fn == run_fn; });
+    EXPECT_EQ(r.algo, 5);
+    EXPECT_EQ(r.bytes, by_algo[5]);
+    EXPECT_GE(cuda_stub::device_bytes_from(r.ptr), r.bytes);
+  }
+}
+
+TEST(CudaConvHostCalls, ChoicesAreMemoisedForTheProcess) {
+  size_t c0 = cuda_stub::num_calls();
+  Conv a = make_conv(2, 8, 40, 8);
+  all_three(a);
+  auto finds = [](const std::vector<StubCall>& cs) {
+    return count(cs, "cudnnFindConvolutionForwardAlgorithmEx") +
+           count(cs, "cudnnFindConvolutionBackwardDataAlgorithmEx") +
+           count(cs, "cudnnFindConvolutionBackwardFilterAlgorithmEx");
+  };
+  EXPECT_EQ(finds(cuda_stub::calls(c0)), 3);
+  // The same key again on the same backend (its cached plans) ...
+  c0 = cuda_stub::num_calls();
+  all_three(a);
+  EXPECT_EQ(finds(cuda_stub::calls(c0)), 0) << dump(cuda_stub::calls(c0));
+  // ... on another backend of the process (the memo): no search, same algorithms.
+  c0 = cuda_stub::num_calls();
+  Conv b = make_conv(2, 8, 40, 8);
+  all_three(b);
+  const std::vector<StubCall> cs = cuda_stub::calls(c0);
+  EXPECT_EQ(finds(cs), 0) << dump(cs);
+  EXPECT_EQ(count(cs, "cudnnConvolutionForward"), 1);
+  for (const StubCall& c : cs) {
+    if (c.fn.rfind("cudnnConvolution", 0) == 0) {
+      EXPECT_EQ(c.algo, 5) << c.fn;
+    }
+  }
+  // Another shape searches.
+  c0 = cuda_stub::num_calls();
+  Conv d = make_conv(2, 8, 48, 8, std::move(b.be));
+  d.be->conv2d_fwd(d.p, d.x, d.w, d.y);
+  EXPECT_EQ(count(cuda_stub::calls(c0), "cudnnFindConvolutionForwardAlgorithmEx"), 1);
+}
+
+TEST(CudaConvHostCalls, CacheFilePersistsAChoice) {
+  const fs::path dir = fs::temp_directory_path() /
+                       ("rn50_cuda_host_calls_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string cache = (dir / "cudnn.cache").string();
+  {
+    // This process: RN50_CUDNN_CACHE=cache (a store on the file, as instance() makes it).
+    cuda::ChoiceStore first(cache, (dir / "first.log").string());
+    UseStore use(first);
+    const size_t c0 = cuda_stub::num_calls();
+    Conv v = make_conv(1, 12, 20, 6);
+    v.be->conv2d_fwd(v.p, v.x, v.w, v.y);
+    EXPECT_EQ(count(cuda_stub::calls(c0), "cudnnFindConvolutionForwardAlgorithmEx"), 1);
+  }
+  std::ifstream in(cache);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line)) << "nothing was written to the cache file";
+  EXPECT_NE(line.find("rn50 stub GPU|cudnn 91400"), std::string::npos) << line;
+  {
+    // The next process: a fresh store on the same file, and a fresh backend.
+    cuda::ChoiceStore next(cache, (dir / "next.log").string());
+    UseStore use(next);
+    const size_t c0 = cuda_stub::num_calls();
+    Conv v = make_conv(1, 12, 20, 6);
+    v.be->conv2d_fwd(v.p, v.x, v.w, v.y);
+    const std::vector<StubCall> cs = cuda_stub::calls(c0);
+    EXPECT_EQ(count(cs, "cudnnFindConvolutionForwardAlgorithmEx"), 0) << dump(cs);
+    EXPECT_EQ(next.cache_loaded(), 1);
+    const auto run = std::find_if(cs.begin(), cs.end(), [](const StubCall& c) {
+      return c.fn == "cudnnConvolutionForward";
+    });
+    ASSERT_NE(run, cs.end());
+    EXPECT_EQ(run->algo, 5);
+  }
+  std::ifstream log(dir / "next.log");
+  ASSERT_TRUE(std::getline(log, line));
+  EXPECT_NE(line.find("\"source\":\"cache\""), std::string::npos) << line;
+  fs::remove_all(dir);
+}
+
+TEST(CudaCaptureHostCalls, CapturedRegionHasNoAllocationOrSync) {
+  Conv v = make_conv(2, 16, 32, 8);
+  Tensor fc_x = v.be->alloc({2, 32}, DType::f32, Layout::NCHW);
+  Tensor fc_w = v.be->alloc({10, 32}, DType::f32, Layout::NCHW);
+  Tensor fc_b = v.be->alloc({10}, DType::f32, Layout::NCHW);
+  Tensor fc_y = v.be->alloc({2, 10}, DType::f32, Layout::NCHW);
+  auto work = [&] {
+    all_three(v);
+    v.be->relu_fwd(v.y, v.y);
+    v.be->linear_fwd(fc_x, fc_w, fc_b, fc_y);
+  };
+  work();  // eager once: plans, algorithms and workspaces exist
+  const size_t c0 = cuda_stub::num_calls();
+  std::unique_ptr<Graph> g = v.be->capture(work);
+  ASSERT_TRUE(g);
+  const std::vector<StubCall> region = capture_region(cuda_stub::calls(c0));
+  ASSERT_FALSE(region.empty());
+  expect_no_alloc_or_sync(region, "inside the capture");
+  for (const char* fn : {"cudnnFindConvolutionForwardAlgorithmEx",
+                         "cudnnFindConvolutionBackwardDataAlgorithmEx",
+                         "cudnnFindConvolutionBackwardFilterAlgorithmEx"})
+    EXPECT_EQ(count(region, fn), 0) << fn;
+  EXPECT_EQ(count_in_capture(region, "cudnnConvolutionForward"), 1);
+  EXPECT_EQ(count_in_capture(region, "cudnnConvolutionBackwardData"), 1);
+  EXPECT_EQ(count_in_capture(region, "cudnnConvolutionBackwardFilter"), 1);
+  EXPECT_EQ(count_in_capture(region, "cublasLtMatmul"), 1);
+  EXPECT_GE(count_in_capture(region, "kernel"), 1);  // relu and the fc's bias
+  EXPECT_FALSE(region.back().failed) << dump(region);
+  const size_t c1 = cuda_stub::num_calls();
+  g->replay();
+  g->replay();
+  const std::vector<StubCall> replays = cuda_stub::calls(c1);
+  EXPECT_EQ(count(replays, "cudaGraphLaunch"), 2) << dump(replays);
+  EXPECT_EQ(count(replays, "kernel"), 0);
+  expect_no_alloc_or_sync(replays, "in a replay");
+}
+
+TEST(CudaCaptureHostCalls, CapturingAnUnwarmedConvolutionFails) {
+  // The first call of a shape searches and grows the workspace: not recordable. The stubs
+  // refuse the search, the allocation and the synchronisation as CUDA does, and the capture
+  // fails.
+  Conv v = make_conv(2, 16, 56, 8);
+  Conv warm = make_conv(1, 4, 4, 4, std::move(v.be));  // gives the backend some workspace
+  warm.be->conv2d_fwd(warm.p, warm.x, warm.w, warm.y);
+  const size_t c0 = cuda_stub::num_calls();
+  EXPECT_THROW(warm.be->capture([&] { warm.be->conv2d_fwd(v.p, v.x, v.w, v.y); }), Error);
+  const std::vector<StubCall> cs = cuda_stub::calls(c0);
+  int refused = 0;
+  for (const StubCall& c : cs) refused += c.failed && c.in_capture;
+  EXPECT_GE(refused, 1) << dump(cs);
+  // The backend is usable afterwards: the same convolution eagerly, then captured.
+  warm.be->conv2d_fwd(v.p, v.x, v.w, v.y);
+  EXPECT_TRUE(warm.be->capture([&] { warm.be->conv2d_fwd(v.p, v.x, v.w, v.y); }));
+}
+
+TEST(CudaTrainStepHostCalls, SteadyStateIsOneGraphLaunchPerStep) {
+  auto be = make_backend("cuda");
+  ModelOptions mo;
+  mo.num_classes = 10;
+  mo.layout = Layout::NHWC;
+  mo.compute_dtype = DType::f16;
+  ResNet m(*be, kNet, mo);
+  m.init(11);
+  InputStage in(*be, Layout::NHWC, DType::f16, 10, 2);
+  StepOptions so;
+  so.loss_scaling = true;
+  so.initial_loss_scale = 128.f;
+  so.use_graphs = true;
+  SgdOptimizer opt(*be, m, {});
+  TrainStep step(*be, m, in, opt, so);
+  constexpr int kSteps = 7, kBatch = 4, kHw = 32;
+  std::vector<std::vector<StubCall>> steps;
+  for (int i = 0; i < kSteps; ++i) {
+    const Batch b = random_batch(kBatch, kHw, 10, 100 + i);
+    const size_t c0 = cuda_stub::num_calls();
+    const int s = in.upload(b);
+    step.run(s, 0.05 + 0.01 * i);
+    in.release(s);
+    steps.push_back(cuda_stub::calls(c0));
+  }
+  EXPECT_EQ(step.replayed_steps(), kSteps - 2);
+  for (int i = 0; i < kSteps; ++i) {
+    SCOPED_TRACE("step " + std::to_string(i));
+    const std::vector<StubCall>& cs = steps[static_cast<size_t>(i)];
+    if (i < 2) {  // eager: one per input slot
+      EXPECT_EQ(count(cs, "cudaStreamBeginCapture"), 0);
+      EXPECT_GT(count(cs, "kernel"), 20);
+      continue;
+    }
+    if (i < 4) {  // the recording of the slot's step, then its first replay
+      const std::vector<StubCall> region = capture_region(cs);
+      ASSERT_FALSE(region.empty()) << dump(cs);
+      expect_no_alloc_or_sync(region, "inside the step's capture");
+      EXPECT_GT(count_in_capture(region, "kernel"), 20);
+      EXPECT_GT(count_in_capture(region, "cudnnConvolutionForward"), 0);
+      EXPECT_FALSE(region.back().failed) << dump(region);
+      EXPECT_EQ(count(cs, "cudaGraphLaunch"), 1);
+      continue;
+    }
+    // Steady state: one launch of the recorded step ...
+    EXPECT_EQ(count(cs, "cudaGraphLaunch"), 1) << dump(cs);
+    EXPECT_EQ(count(cs, "cudaStreamBeginCapture"), 0) << dump(cs);
+    EXPECT_EQ(count(cs, "kernel"), 0) << dump(cs, true);
+    // ... no allocation and no stream or device synchronisation. The only host waits are
+    // upload_input's, one per input buffer (images, labels): the previous upload into this
+    // slot's pinned staging must have been read before it is overwritten (that upload ran two
+    // steps ago, so the wait normally returns at once).
+    for (const char* fn : kAllocFns) EXPECT_EQ(count(cs, fn), 0) << fn << dump(cs);
+    EXPECT_EQ(count(cs, "cudaStreamSynchronize"), 0) << dump(cs);
+    EXPECT_EQ(count(cs, "cudaDeviceSynchronize"), 0) << dump(cs);
+    EXPECT_EQ(count(cs, "cudaEventSynchronize"), 2) << dump(cs);
+    // Host-to-device: the batch (images, labels) and the lr (one f32 into the step state).
+    std::vector<size_t> h2d;
+    for (const StubCall& c : cs)
+      if (c.fn == "cudaMemcpyAsync") {
+        EXPECT_EQ(c.detail, "H2D");
+        h2d.push_back(c.bytes);
+      }
+    std::sort(h2d.begin(), h2d.end());
+    EXPECT_EQ(h2d, (std::vector<size_t>{sizeof(float), size_t{kBatch} * sizeof(int32_t),
+                                        size_t{kBatch} * 3 * kHw * kHw}));
+  }
+}
+
+}  // namespace
+}  // namespace rn50
