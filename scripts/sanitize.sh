@@ -24,7 +24,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 B=${BUILD_DIR:-build-asan}
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" \
-  -DRN50_SANITIZE=address,undefined -DRN50_CUDA=OFF -DRN50_SERVE=ON -DRN50_NATIVE=ON >/dev/null
+  -DRN50_SANITIZE=address,undefined -DRN50_CUDA=OFF -DRN50_SERVE=ON >/dev/null
 cmake --build "$B" -j "$(nproc)"
 supp="$PWD/tests/sanitizers/lsan.supp"
 export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:strict_string_checks=1:check_initialization_order=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"

@@ -24,6 +24,9 @@
 # builds: clang-14 with its runtimes (libclang-rt-14-dev: libFuzzer, ASan, UBSan) and its OpenMP
 # (libomp-14-dev; the components the harnesses link use OpenMP). The sanitized test suite
 # (scripts/sanitize.sh) is built with g++ and needs nothing more.
+#
+# Portability (tests/test_cli_portable.cpp): qemu-user runs the default build under an emulated
+# Haswell (AVX2) and Nehalem (SSE4.2), the CPUs below the one it was built on.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config
       libdnnl-dev ocl-icd-opencl-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
@@ -32,7 +35,8 @@ pkgs=(cmake ninja-build g++ pkg-config
       python3-torch python3-torchvision python3-numpy python3-pil python3-onnx python3-opencv
       python3-matplotlib
       libcpp-httplib-dev prometheus hey chromium chromium-driver python3-selenium
-      clang-14 libclang-rt-14-dev libomp-14-dev)
+      clang-14 libclang-rt-14-dev libomp-14-dev
+      qemu-user)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,7 +9,8 @@
 // onnx and cv2: Debian python3-onnx, python3-opencv), plot (python() with matplotlib:
 // Debian python3-matplotlib), gpu (a usable CUDA device), serve (promtool: Debian's prometheus),
 // browser (/usr/bin/chromium, chromedriver and python() with selenium: Debian's chromium,
-// chromium-driver, python3-selenium), mount (root: the disk-fault tests mount small tmpfs).
+// chromium-driver, python3-selenium), mount (root: the disk-fault tests mount small tmpfs),
+// qemu (/usr/bin/qemu-x86_64: Debian's qemu-user, the portability test).
 #pragma once
 
 #include <gtest/gtest.h>

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_info.h"
 #include "commands.h"
 #include "config/flag_kinds.h"
 #include "core/check.h"
@@ -211,7 +212,14 @@ int main(int argc, char** argv) {
   CLI::App app{"rn50: ResNet-50 v1.5 training (NVIDIA DeepLearningExamples recipe), evaluation, "
                "benchmarks, export and prediction"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("rn50 ") + rn50::kRn50Version);
+  // The version, and the instruction set this CPU gives the kernels (core/cpu_info.h).
+  const rn50::CpuInfo& cpu = rn50::cpu_info();
+  app.set_version_flag(
+      "--version", std::string("rn50 ") + rn50::kRn50Version + " (CPU kernels: " +
+                       rn50::isa_level_name(cpu.level) +
+                       (cpu.cap.empty() ? std::string() : ", capped by " + cpu.cap + ", detected " +
+                                                              rn50::isa_level_name(cpu.detected)) +
+                       ")");
   CLI::App* bench = app.add_subcommand("bench", "benchmarks: loader, train, infer, peak");
   bench->require_subcommand(1);
   std::vector<CommandFlags> commands;

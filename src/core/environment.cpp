@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "core/cpu_info.h"
 #include "rn50_git_revision.h"
 
 namespace rn50 {
@@ -42,6 +43,7 @@ nlohmann::ordered_json host_environment() {
   cpu_set_t set;
   CPU_ZERO(&set);
   j["cpus_allowed"] = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+  j["cpu_isa"] = isa_level_name(cpu_info().level);  // what our kernels and oneDNN's may use
   j["git_revision"] = git_revision();
   return j;
 }

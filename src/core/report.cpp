@@ -303,7 +303,8 @@ std::vector<ReportRecordType> make_schema() {
   w.push_back(req("started", T::string, "local start time, ISO 8601"));
   w.push_back(req("seconds", T::number, "wall seconds of the whole sweep"));
   w.push_back(req("environment", T::object,
-                  "hostname, os, cpu_model, cpu_cores, cpus_allowed, git_revision; the "
+                  "hostname, os, cpu_model, cpu_cores, cpus_allowed, cpu_isa (the instruction "
+                  "set the kernels run: core/cpu_info.h), git_revision; the "
                   "backend's (onednn version; gpu, gpu_memory_bytes, driver_cuda_version, "
                   "cuda_runtime, cudnn, cublaslt) and the communication libraries' (nccl, mpi) "
                   "versions"));

@@ -82,8 +82,8 @@ enum class WgradTuning {
   zen5,  ///< AMD Zen 5 and later (family 1Ah and above: AVX-512 on 512-bit units)
 };
 
-/// This CPU's WgradTuning, from CPUID (the vendor, as GCC's __builtin_cpu_is("amd") reads it,
-/// and leaf 1's family; AMD's APM vol. 3): `zen5` on AMD family 1Ah or above, `zen4` otherwise (and off x86). Read once.
+/// This CPU's WgradTuning, from cpu_info()'s vendor and family (core/cpu_info.h): `zen5` on AMD
+/// family 1Ah or above, `zen4` otherwise (and off x86).
 WgradTuning cpu_wgrad_tuning();
 
 /// Whether our own AVX-512 GEMM (conv_wgrad_gemm.h) was measured faster than oneDNN 2.6's

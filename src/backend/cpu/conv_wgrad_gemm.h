@@ -22,9 +22,8 @@ struct WgradGeo {
   int64_t cols() const { return R * S * C; }
 };
 
-/// Whether this build carries the kernel: compiled for a CPU with AVX-512 BF16 (vdpbf16ps;
-/// the build is -march=native) and not for AMX (where oneDNN's AMX matmuls take these
-/// convolutions, conv_algo.h).
+/// Whether this CPU runs the kernel (cpu_info(), core/cpu_info.h): AVX-512 with BF16
+/// (vdpbf16ps) and no AMX (where oneDNN's AMX matmuls take these convolutions, conv_algo.h).
 bool conv_wgrad_bf16_built();
 
 /// Whether the kernel takes a conv of this geometry: built, C a multiple of 64 (the kernel's
@@ -68,8 +67,7 @@ int64_t conv_wgrad_bf16_workspace(const WgradGeo& g);
 void conv_wgrad_bf16(const WgradGeo& g, const uint16_t* x, const uint16_t* dy, uint16_t* dw,
                      float* work);
 
-/// Whether this build carries the f32 kernel: compiled for a CPU with AVX-512 (the build is
-/// -march=native).
+/// Whether this CPU runs the f32 kernel: AVX-512 (F, BW, VL, DQ; cpu_info()).
 bool conv_wgrad_f32_built();
 
 /// Whether the f32 kernel takes a conv of this geometry: as conv_wgrad_bf16_fits, with

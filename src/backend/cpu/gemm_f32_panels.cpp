@@ -4,27 +4,45 @@
 // x 16 columns of accumulators (12 of the 16 ymm registers), per step of c two loads of B's
 // panel row and six broadcasts of A, twelve FMAs. B is already packed (the panels), A is read
 // in place: its rows are a chunk's transformed tiles, at most 64 of them, in L1/L2.
+// The kernel is compiled for AVX2 + FMA in its own region (core/isa_region.h) and runs where
+// cpu_info() has them; the plain loops elsewhere.
 #include "backend/cpu/gemm_f32_panels.h"
 
-#if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
-#define RN50_GEMM_AVX2 1
-#else
-#define RN50_GEMM_AVX2 0
-#endif
+
+#include "core/cpu_info.h"
+#include "core/isa_region.h"
 
 namespace rn50::onednn {
 namespace {
 
 constexpr int kMR = 6;  ///< rows per kernel call
 
-#if RN50_GEMM_AVX2
-/// o (MR x 8 NV, ld ldo) = a (MR x C, ld lda) . b (C x 8 NV, ld ldb). The accumulators are
-/// named variables, not an array: GCC 12 keeps an array of __m256 in registers but also
-/// stores every element back to the stack on each step of c (12 stores per 12 FMAs).
+/// o (MR x 8 NV, ld ldo) = a (MR x C, ld lda) . b (C x 8 NV, ld ldb), plain loops.
 template <int MR, int NV>
-void kernel(int64_t C, const float* a, int64_t lda, const float* b, int64_t ldb, float* o,
-            int64_t ldo) {
+void kernel_plain(int64_t C, const float* a, int64_t lda, const float* b, int64_t ldb, float* o,
+                  int64_t ldo) {
+  float acc[MR][8 * NV] = {};
+  for (int64_t c = 0; c < C; ++c)
+    for (int r = 0; r < MR; ++r) {
+      const float av = a[r * lda + c];
+      for (int j = 0; j < 8 * NV; ++j) acc[r][j] += av * b[c * ldb + j];
+    }
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < 8 * NV; ++j) o[r * ldo + j] = acc[r][j];
+}
+
+}  // namespace
+
+RN50_ISA_BEGIN(RN50_ISA_TARGET_AVX2)
+namespace {
+
+/// The same with AVX2 + FMA. The accumulators are named variables, not an array: GCC 12 keeps
+/// an array of __m256 in registers but also stores every element back to the stack on each
+/// step of c (12 stores per 12 FMAs).
+template <int MR, int NV>
+void kernel_avx2(int64_t C, const float* a, int64_t lda, const float* b, int64_t ldb, float* o,
+                 int64_t ldo) {
   static_assert(MR >= 1 && MR <= 6 && (NV == 1 || NV == 2));
   const __m256 z = _mm256_setzero_ps();
   __m256 c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z, c40 = z,
@@ -60,32 +78,38 @@ void kernel(int64_t C, const float* a, int64_t lda, const float* b, int64_t ldb,
   RN50_GEMM_STORE(5)
 #undef RN50_GEMM_STORE
 }
-#else
-template <int MR, int NV>
-void kernel(int64_t C, const float* a, int64_t lda, const float* b, int64_t ldb, float* o,
-            int64_t ldo) {
-  float acc[MR][8 * NV] = {};
-  for (int64_t c = 0; c < C; ++c)
-    for (int r = 0; r < MR; ++r) {
-      const float av = a[r * lda + c];
-      for (int j = 0; j < 8 * NV; ++j) acc[r][j] += av * b[c * ldb + j];
-    }
-  for (int r = 0; r < MR; ++r)
-    for (int j = 0; j < 8 * NV; ++j) o[r * ldo + j] = acc[r][j];
-}
-#endif
 
-/// kernel<MR, NV> for a run-time MR in [1, kMR].
+/// kernel_avx2<MR, NV> for a run-time MR in [1, kMR].
 template <int NV>
-void kernel_rows(int mr, int64_t C, const float* a, int64_t lda, const float* b, int64_t ldb,
-                 float* o, int64_t ldo) {
+void kernel_rows_avx2(int mr, int64_t C, const float* a, int64_t lda, const float* b,
+                      int64_t ldb, float* o, int64_t ldo) {
   switch (mr) {
-    case 6: return kernel<6, NV>(C, a, lda, b, ldb, o, ldo);
-    case 5: return kernel<5, NV>(C, a, lda, b, ldb, o, ldo);
-    case 4: return kernel<4, NV>(C, a, lda, b, ldb, o, ldo);
-    case 3: return kernel<3, NV>(C, a, lda, b, ldb, o, ldo);
-    case 2: return kernel<2, NV>(C, a, lda, b, ldb, o, ldo);
-    default: return kernel<1, NV>(C, a, lda, b, ldb, o, ldo);
+    case 6: return kernel_avx2<6, NV>(C, a, lda, b, ldb, o, ldo);
+    case 5: return kernel_avx2<5, NV>(C, a, lda, b, ldb, o, ldo);
+    case 4: return kernel_avx2<4, NV>(C, a, lda, b, ldb, o, ldo);
+    case 3: return kernel_avx2<3, NV>(C, a, lda, b, ldb, o, ldo);
+    case 2: return kernel_avx2<2, NV>(C, a, lda, b, ldb, o, ldo);
+    default: return kernel_avx2<1, NV>(C, a, lda, b, ldb, o, ldo);
+  }
+}
+
+}  // namespace
+RN50_ISA_END
+
+namespace {
+
+/// The kernel for a run-time MR in [1, kMR]: AVX2's where the CPU has it.
+template <int NV>
+void kernel_rows(bool avx2, int mr, int64_t C, const float* a, int64_t lda, const float* b,
+                 int64_t ldb, float* o, int64_t ldo) {
+  if (avx2) return kernel_rows_avx2<NV>(mr, C, a, lda, b, ldb, o, ldo);
+  switch (mr) {
+    case 6: return kernel_plain<6, NV>(C, a, lda, b, ldb, o, ldo);
+    case 5: return kernel_plain<5, NV>(C, a, lda, b, ldb, o, ldo);
+    case 4: return kernel_plain<4, NV>(C, a, lda, b, ldb, o, ldo);
+    case 3: return kernel_plain<3, NV>(C, a, lda, b, ldb, o, ldo);
+    case 2: return kernel_plain<2, NV>(C, a, lda, b, ldb, o, ldo);
+    default: return kernel_plain<1, NV>(C, a, lda, b, ldb, o, ldo);
   }
 }
 
@@ -98,6 +122,7 @@ void gemm_f32_panels(int64_t rows, int64_t C, const float* a, int64_t lda, const
   // L1 by the other blocks. (Prefetching the next panel into L2 while the first block runs,
   // and the loops the other way round, rows outside, panels from L2, measured no faster and
   // 1.2x slower on one image's 256-channel 14x14 conv with U from memory.)
+  const bool avx2 = cpu_info().avx2_fma();
   for (int64_t k = k0; k < k0 + kt;) {
     const int64_t p0 = k / kPanelCols * kPanelCols, width = std::min(kPanelCols, K - p0);
     const bool whole = k == p0 && width == kPanelCols && k + kPanelCols <= k0 + kt;
@@ -106,9 +131,9 @@ void gemm_f32_panels(int64_t rows, int64_t C, const float* a, int64_t lda, const
     for (int64_t r = 0; r < rows; r += kMR) {
       const int mr = static_cast<int>(std::min<int64_t>(kMR, rows - r));
       if (whole)
-        kernel_rows<2>(mr, C, a + r * lda, lda, bp, width, op + r * ldo, ldo);
+        kernel_rows<2>(avx2, mr, C, a + r * lda, lda, bp, width, op + r * ldo, ldo);
       else
-        kernel_rows<1>(mr, C, a + r * lda, lda, bp, width, op + r * ldo, ldo);
+        kernel_rows<1>(avx2, mr, C, a + r * lda, lda, bp, width, op + r * ldo, ldo);
     }
     k += whole ? kPanelCols : 8;
   }

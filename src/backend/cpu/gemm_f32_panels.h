@@ -32,7 +32,7 @@ inline int64_t panel_offset(int64_t c, int64_t k, int64_t C, int64_t K) {
 /// C, row-major with leading dimension lda) times columns [k0, k0 + kt) of B (C x K f32,
 /// panel-packed as panel_offset says), into out (rows x kt, leading dimension ldo; overwritten,
 /// not added to). k0 and kt multiples of 8, k0 + kt <= K. Runs on the calling thread (AVX2 +
-/// FMA kernels of 6 rows x 16 columns where the build has them, plain loops otherwise); the sum
+/// FMA kernels of 6 rows x 16 columns where the CPU has them (cpu_info), plain loops otherwise); the sum
 /// over c runs in order, in f32.
 void gemm_f32_panels(int64_t rows, int64_t C, const float* a, int64_t lda, const float* b,
                      int64_t K, int64_t k0, int64_t kt, float* out, int64_t ldo);

@@ -9,13 +9,10 @@
 #include <cstdlib>
 #include <cstring>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
 #include "backend/cpu/conv_wgrad_gemm.h"
 #include "backend/cpu/winograd_f23_bf16.h"
 #include "backend/factories.h"
+#include "core/cpu_info.h"
 #include "core/check.h"
 #include "rn50/profile.h"
 
@@ -270,21 +267,9 @@ bool conv1x1_matmul_allowed(DType dt, ConvDir dir) {
 }
 
 WgradTuning cpu_wgrad_tuning() {
-  static const WgradTuning tuning = [] {
-#if defined(__x86_64__) || defined(__i386__)
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__builtin_cpu_is("amd") || __get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0)
-      return WgradTuning::zen4;
-    // AMD APM vol. 3, CPUID Fn0000_0001_EAX: family = base family (bits 11:8), plus the
-    // extended family (bits 27:20) when the base is Fh. Zen 4 is family 19h, Zen 5 1Ah.
-    const unsigned base = (eax >> 8) & 0xf, ext = (eax >> 20) & 0xff;
-    const unsigned family = base == 0xf ? base + ext : base;
-    return family >= 0x1a ? WgradTuning::zen5 : WgradTuning::zen4;
-#else
-    return WgradTuning::zen4;
-#endif
-  }();
-  return tuning;
+  // Zen 4 is family 19h, Zen 5 1Ah (core/cpu_info.h reads the family as AMD's APM vol. 3 says).
+  const CpuInfo& c = cpu_info();
+  return c.amd() && c.family >= 0x1a ? WgradTuning::zen5 : WgradTuning::zen4;
 }
 
 bool conv_own_wgrad_faster(DType dt, const ConvShapeInfo& s, WgradTuning tuning) {

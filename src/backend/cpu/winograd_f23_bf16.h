@@ -44,8 +44,7 @@ class WinogradF23Bf16 {
   /// chunk_tiles for the measurements.
   static constexpr int64_t kChunkBytes = int64_t{2} << 20;
 
-  /// Whether this build carries the op: compiled for a CPU with AVX-512 BF16 (the build is
-  /// -march=native) and not for AMX.
+  /// Whether this CPU runs the op (cpu_info(), core/cpu_info.h): AVX-512 with BF16, no AMX.
   static bool built();
   /// Whether the op takes `s`: built, C and K multiples of 16, a non-empty image.
   static bool fits(const Shape& s);

@@ -15,13 +15,13 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX__)
 #include <immintrin.h>
-#endif
 
 #include "backend/cpu/gemm_f32_panels.h"
 #include "backend/cpu/winograd_products.h"
 #include "core/check.h"
+#include "core/cpu_info.h"
+#include "core/isa_region.h"
 
 namespace rn50::onednn {
 
@@ -40,67 +40,39 @@ constexpr float kG[6][3] = {{1.f / 4, 0, 0},
                             {1.f / 24, -1.f / 12, 1.f / 6},
                             {0, 0, 1}};
 
-/// One row of six 8-channel values through B^T (6x6; Lavin and Gray, F(4x4, 3x3)):
-/// o = B^T d for d[0..5] with stride `ds` floats between elements, o with stride `os`.
-inline void input_row(const float* d, size_t ds, float* o, size_t os) {
-  for (int l = 0; l < kL; ++l) {
-    const float d0 = d[0 * ds + l], d1 = d[1 * ds + l], d2 = d[2 * ds + l], d3 = d[3 * ds + l],
-                d4 = d[4 * ds + l], d5 = d[5 * ds + l];
-    o[0 * os + l] = 4 * d0 - 5 * d2 + d4;
-    o[1 * os + l] = -4 * d1 - 4 * d2 + d3 + d4;
-    o[2 * os + l] = 4 * d1 - 4 * d2 - d3 + d4;
-    o[3 * os + l] = -2 * d1 - d2 + 2 * d3 + d4;
-    o[4 * os + l] = 2 * d1 - d2 - 2 * d3 + d4;
-    o[5 * os + l] = 4 * d1 - 5 * d3 + d5;
-  }
-}
-
-/// A (6x4), the transpose of A^T below, on four 8-channel values with stride `ys`: o[0..5]
-/// (stride `os`). Z = A g A^T turns a tile's 4x4 output gradient into the gradient of the 36
-/// products (the weight gradient's transform).
-inline void grad_row(const float* y, size_t ys, float* o, size_t os) {
-  for (int l = 0; l < kL; ++l) {
-    const float y0 = y[0 * ys + l], y1 = y[1 * ys + l], y2 = y[2 * ys + l], y3 = y[3 * ys + l];
-    o[0 * os + l] = y0;
-    o[1 * os + l] = y0 + y1 + y2 + y3;
-    o[2 * os + l] = y0 - y1 + y2 - y3;
-    o[3 * os + l] = y0 + 2 * y1 + 4 * y2 + 8 * y3;
-    o[4 * os + l] = y0 - 2 * y1 + 4 * y2 - 8 * y3;
-    o[5 * os + l] = y3;
-  }
-}
-
-/// A^T (4x6) on six 8-channel values with stride `ms`: o[0..3] (stride `os`).
-inline void output_row(const float* m, size_t ms, float* o, size_t os) {
-  for (int l = 0; l < kL; ++l) {
-    const float a0 = m[0 * ms + l], a1 = m[1 * ms + l], a2 = m[2 * ms + l], a3 = m[3 * ms + l],
-                a4 = m[4 * ms + l], a5 = m[5 * ms + l];
-    o[0 * os + l] = a0 + a1 + a2 + a3 + a4;
-    o[1 * os + l] = a1 - a2 + 2 * a3 - 2 * a4;
-    o[2 * os + l] = a1 + a2 + 4 * a3 + 4 * a4;
-    o[3 * os + l] = a1 - a2 + 8 * a3 - 8 * a4 + a5;
-  }
-}
-
-/// y[0..7] = ReLU?(o + b (+ y)) for one pixel's 8 channels of an output tile.
-inline void store_output(const float* o, const float* b, float* y, bool accumulate, bool relu) {
-#if defined(__AVX__)
-  // Vectorised by hand: GCC left the branches on accumulate and relu inside a scalar loop,
-  // 29% of BM_Conv3x3InferF32/wino:1/n:1/shape:1 (perf) in the output transform.
-  __m256 v = _mm256_add_ps(_mm256_loadu_ps(o), _mm256_loadu_ps(b));
-  if (accumulate) v = _mm256_add_ps(v, _mm256_loadu_ps(y));
-  if (relu) v = _mm256_max_ps(v, _mm256_setzero_ps());
-  _mm256_storeu_ps(y, v);
-#else
-  for (int l = 0; l < kL; ++l) {
-    float val = o[l] + b[l];
-    if (accumulate) val += y[l];
-    y[l] = relu ? std::max(0.f, val) : val;
-  }
-#endif
-}
-
 }  // namespace
+
+/// Offset of channel block `cb` of image n (its pixel (0, 0)) in an activation of `ch`
+/// channels: nChw8c or NHWC (s.nhwc).
+inline int64_t block_offset(const WinogradF43Conv::Shape& s, int64_t ch, int64_t n, int64_t cb) {
+  return s.nhwc ? n * s.h * s.w * ch + cb * kL : (n * (ch / kL) + cb) * s.h * s.w * kL;
+}
+
+/// What an output transform needs of a conv's plan (WinogradF43Conv::Impl).
+struct F43Tiles {
+  const WinogradF43Conv::Shape& s;
+  int64_t th, tw, kt, mpos;
+};
+
+}  // namespace rn50::onednn
+
+// The transforms, one per instruction set (the products are gemm_f32_panels's, which picks its
+// own kernel).
+namespace rn50::onednn::f43_base {
+#define RN50_F43_AVX 0
+#include "backend/cpu/winograd_f43_impl.inc"
+#undef RN50_F43_AVX
+}  // namespace rn50::onednn::f43_base
+
+RN50_ISA_BEGIN(RN50_ISA_TARGET_AVX2)
+namespace rn50::onednn::f43_avx2 {
+#define RN50_F43_AVX 1
+#include "backend/cpu/winograd_f43_impl.inc"
+#undef RN50_F43_AVX
+}  // namespace rn50::onednn::f43_avx2
+RN50_ISA_END
+
+namespace rn50::onednn {
 
 void set_winograd_chunk_tiles(std::optional<int64_t> tiles) {
   RN50_CHECK(!tiles || (*tiles >= 1 && *tiles <= WinogradF43Conv::kMaxChunkTiles),
@@ -186,26 +158,8 @@ bool WinogradF43Conv::weight_grad_worthwhile(const Shape& s) {
 
 void WinogradF43Conv::transform_weights_into(const float* w, int64_t c, int64_t k,
                                              WeightOrder order, float* u) {
-  const bool bwd = order == WeightOrder::oihw_bwd_data || order == WeightOrder::ohwi_bwd_data;
-  const bool ohwi = order == WeightOrder::ohwi || order == WeightOrder::ohwi_bwd_data;
-  constexpr int64_t kB = kKernelBlock;  // 16 floats: one cache line of U per (xi, ci)
-  static_assert(kB == kPanelCols, "a kernel block is one panel of U");
-  for_each_kernel_block(w, c, k, bwd, ohwi, [&](int64_t k0, int64_t nl, int64_t ci,
-                                                const float (&g)[3][3][kB]) {
-    float t[6][3][kB];  // G g
-    for (int i = 0; i < 6; ++i)
-      for (int j = 0; j < 3; ++j)
-        for (int l = 0; l < kB; ++l)
-          t[i][j][l] = kG[i][0] * g[0][j][l] + kG[i][1] * g[1][j][l] + kG[i][2] * g[2][j][l];
-    for (int i = 0; i < 6; ++i)
-      for (int j = 0; j < 6; ++j) {  // (G g) G^T
-        float o[kB];
-        for (int l = 0; l < kB; ++l)
-          o[l] = t[i][0][l] * kG[j][0] + t[i][1][l] * kG[j][1] + t[i][2][l] * kG[j][2];
-        // Panel-packed (gemm_f32_panels.h): this block is panel k0 / 16, nl columns wide.
-        std::memcpy(u + (i * 6 + j) * c * k + k0 * c + ci * nl, o, static_cast<size_t>(nl) * 4);
-      }
-  });
+  if (cpu_info().avx2_fma()) return f43_avx2::transform_weights_into(w, c, k, order, u);
+  f43_base::transform_weights_into(w, c, k, order, u);
 }
 
 std::shared_ptr<const aligned_vector<float>> WinogradF43Conv::transform_weights(const float* w,
@@ -216,200 +170,25 @@ std::shared_ptr<const aligned_vector<float>> WinogradF43Conv::transform_weights(
   return u;
 }
 
-/// Offset of channel block `cb` of image n (its pixel (0, 0)) in an activation of `ch`
-/// channels: nChw8c or NHWC (s.nhwc).
-inline int64_t block_offset(const WinogradF43Conv::Shape& s, int64_t ch, int64_t n, int64_t cb) {
-  return s.nhwc ? n * s.h * s.w * ch + cb * kL : (n * (ch / kL) + cb) * s.h * s.w * kL;
-}
-
-namespace {
-
-/// The weight gradient's destinations larger than this (36 positions x ld rows x channels x 4
-/// bytes: its chunks of 16 MiB) are written through a staging block with non-temporal stores;
-/// smaller ones, and the forward's per-thread buffers of any size, directly (the forward's
-/// matmul reads its buffer from the caches next: staged, BM_Conv3x3InferF32 took 1.04-1.20x
-/// the time at 64 to 256 channels, paired medians of three runs; at 512 channels in chunks of
-/// 64 tiles the buffer is 4.5 MiB and must not be streamed out either).
-constexpr int64_t kStreamBytes = 4 << 20;
-/// Floats of the staging block (256 KiB: in L2).
-constexpr int64_t kStageFloats = 64 * 1024;
-
-/// Where a tile transform writes a block of tiles of its destination (36 rows of ld tiles x
-/// ch floats): straight into it, or, for large destinations where the caller allows it
-/// (may_stream), into the calling thread's staging block (36 positions x a block of tiles x
-/// ch) that `flush` then streams out.
-/// Written straight, a tile's 36 pieces go to 36 places at once, too many streams for the
-/// prefetchers, and each store first reads its line from memory: in the 64-channel weight
-/// gradient at batch 32 the two transforms took half the time (perf: 52% of the samples of
-/// BM_Conv3x3TrainF32/own:1/pass:2/n:32/shape:1, their stores the hottest instructions;
-/// staged and streamed, 40% with the copy-out).
-class TileSink {
- public:
-  /// `pos_stride`: floats between the destination's positions (at least ld x ch); a staged
-  /// sink's destination is dense (ld x ch).
-  TileSink(float* out, int64_t ld, int64_t ch, bool may_stream, int64_t pos_stride)
-      : out_(out),
-        ld_(ld),
-        ch_(ch),
-        staged_(may_stream && 36 * ld * ch * 4 > kStreamBytes),
-        base_(out),
-        pos_(pos_stride) {
-    if (staged_) {
-      thread_local aligned_vector<float> stage;
-      stride_ = std::max<int64_t>(1, kStageFloats / (36 * ch));
-      if (stage.size() < static_cast<size_t>(36 * stride_ * ch))
-        stage.resize(static_cast<size_t>(36 * stride_ * ch));
-      base_ = stage.data();
-      pos_ = stride_ * ch;
-    }
-  }
-  /// Tiles per block: all of them unless staged.
-  int64_t block(int64_t rows) const { return staged_ ? stride_ : rows; }
-  /// Position xi of tile r of the block that starts at tile r0, channel c0 (no branch: the
-  /// transforms' innermost stores).
-  float* at(int xi, int64_t r, int64_t r0, int64_t c0) const {
-    return base_ + xi * pos_ + (r - r0) * ch_ + c0;
-  }
-  /// Streams a staged block out (each of its 36 rows one contiguous run, non-temporal stores,
-  /// then a fence: the matmul that reads the destination runs after this thread's stores are
-  /// visible); nothing unless staged.
-  void flush(int64_t r0, int64_t nb) const {
-    if (!staged_) return;
-    const int64_t n = nb * ch_;
-    for (int xi = 0; xi < 36; ++xi) {
-      float* o = out_ + (xi * ld_ + r0) * ch_;
-      const float* in = base_ + xi * stride_ * ch_;
-#if defined(__AVX__)
-      int64_t i = 0;
-      for (; i < n && reinterpret_cast<uintptr_t>(o + i) % 32 != 0; ++i) o[i] = in[i];
-      for (; i + 8 <= n; i += 8) _mm256_stream_ps(o + i, _mm256_loadu_ps(in + i));
-      for (; i < n; ++i) o[i] = in[i];
-#else
-      std::memcpy(o, in, static_cast<size_t>(n) * sizeof(float));
-#endif
-    }
-#if defined(__AVX__)
-    _mm_sfence();
-#endif
-  }
-
- private:
-  float* out_;
-  int64_t ld_, ch_;
-  bool staged_;
-  float* base_;         ///< where at() writes: out_, or the staging block
-  int64_t stride_ = 0;  ///< a staged block's tiles
-  int64_t pos_;         ///< floats between positions where at() writes
-};
-
-}  // namespace
-
 void WinogradF43Conv::transform_input_tiles(const Shape& s, const float* x, int64_t p0,
                                             int64_t rows, float* v, int64_t ld,
                                             bool may_stream, int64_t pos_stride) {
-  const int64_t th = (s.h + 3) / 4, tw = (s.w + 3) / 4;
-  const int64_t cb_n = s.c / kL, ps = s.nhwc ? s.c : kL;  // floats between pixels
-  RN50_CHECK(pos_stride == 0 || (pos_stride >= ld * s.c && !may_stream),
-             "winograd: positions {} floats apart in a destination of {} x {}", pos_stride, ld,
-             s.c);
-  const TileSink sink(v, ld, s.c, may_stream, pos_stride ? pos_stride : ld * s.c);
-  for (int64_t r0 = 0; r0 < rows; r0 += sink.block(rows)) {
-    const int64_t nb = std::min(sink.block(rows), rows - r0);
-    for (int64_t r = r0; r < r0 + nb; ++r) {
-      const int64_t t = p0 + r, n = t / (th * tw), ty = (t / tw) % th, tx = t % tw;
-      const int64_t h0 = ty * 4 - 1, w0 = tx * 4 - 1;
-      const bool inside = h0 >= 0 && w0 >= 0 && h0 + 6 <= s.h && w0 + 6 <= s.w;
-      for (int64_t cb = 0; cb < cb_n; ++cb) {
-        const float* xb = x + block_offset(s, s.c, n, cb);
-        float d[6][6][kL];
-        if (inside && !s.nhwc) {
-          for (int i = 0; i < 6; ++i)
-            std::memcpy(d[i], xb + ((h0 + i) * s.w + w0) * kL, sizeof(d[i]));
-        } else {
-          for (int i = 0; i < 6; ++i)
-            for (int j = 0; j < 6; ++j) {
-              const int64_t hh = h0 + i, ww = w0 + j;
-              if (hh < 0 || hh >= s.h || ww < 0 || ww >= s.w)
-                std::memset(d[i][j], 0, sizeof(d[i][j]));
-              else
-                std::memcpy(d[i][j], xb + (hh * s.w + ww) * ps, sizeof(d[i][j]));
-            }
-        }
-        float t1[6][6][kL];  // B^T d: down the columns
-        for (int j = 0; j < 6; ++j) input_row(d[0][j], 6 * kL, t1[0][j], 6 * kL);
-        for (int i = 0; i < 6; ++i) {
-          float o[6][kL];  // (B^T d) B: along row i
-          input_row(t1[i][0], kL, o[0], kL);
-          for (int j = 0; j < 6; ++j)
-            std::memcpy(sink.at(i * 6 + j, r, r0, cb * kL), o[j], sizeof(o[j]));
-        }
-      }
-    }
-    sink.flush(r0, nb);
-  }
+  if (cpu_info().avx2_fma())
+    return f43_avx2::transform_input_tiles(s, x, p0, rows, v, ld, may_stream, pos_stride);
+  f43_base::transform_input_tiles(s, x, p0, rows, v, ld, may_stream, pos_stride);
 }
 
 void WinogradF43Conv::transform_output_grad_tiles(const Shape& s, const float* dy, int64_t p0,
                                                   int64_t rows, float* z, int64_t ld) {
-  const int64_t th = (s.h + 3) / 4, tw = (s.w + 3) / 4;
-  const int64_t kb_n = s.k / kL, ps = s.nhwc ? s.k : kL;  // floats between pixels
-  const TileSink sink(z, ld, s.k, true, ld * s.k);
-  for (int64_t r0 = 0; r0 < rows; r0 += sink.block(rows)) {
-    const int64_t nb = std::min(sink.block(rows), rows - r0);
-    for (int64_t r = r0; r < r0 + nb; ++r) {
-      const int64_t t = p0 + r, n = t / (th * tw), ty = (t / tw) % th, tx = t % tw;
-      const int64_t oh = std::min<int64_t>(4, s.h - ty * 4);
-      const int64_t ow = std::min<int64_t>(4, s.w - tx * 4);
-      for (int64_t kb = 0; kb < kb_n; ++kb) {
-        const float* yb = dy + block_offset(s, s.k, n, kb);
-        float g[4][4][kL] = {};  // the tile's output gradient, zero outside the image
-        for (int i = 0; i < oh; ++i)
-          for (int j = 0; j < ow; ++j)
-            std::memcpy(g[i][j], yb + ((ty * 4 + i) * s.w + tx * 4 + j) * ps, sizeof(g[i][j]));
-        float t1[6][4][kL];  // A g: down the columns
-        for (int j = 0; j < 4; ++j) grad_row(g[0][j], 4 * kL, t1[0][j], 4 * kL);
-        for (int i = 0; i < 6; ++i) {
-          float o[6][kL];  // (A g) A^T: along row i
-          grad_row(t1[i][0], kL, o[0], kL);
-          for (int j = 0; j < 6; ++j)
-            std::memcpy(sink.at(i * 6 + j, r, r0, kb * kL), o[j], sizeof(o[j]));
-        }
-      }
-    }
-    sink.flush(r0, nb);
-  }
+  if (cpu_info().avx2_fma())
+    return f43_avx2::transform_output_grad_tiles(s, dy, p0, rows, z, ld);
+  f43_base::transform_output_grad_tiles(s, dy, p0, rows, z, ld);
 }
 
 void WinogradF43Conv::weight_grad_from_products(const float* m, int64_t c, int64_t k,
                                                 WeightOrder order, float* dw) {
-  RN50_CHECK(order == WeightOrder::oihw || order == WeightOrder::ohwi,
-             "winograd: the weight gradient is written OIHW or OHWI");
-  RN50_CHECK(k % kL == 0, "winograd: the weight gradient needs a multiple of 8 output channels");
-  const bool ohwi = order == WeightOrder::ohwi;
-  for_each_product_block<36>(m, c, k, [&](int64_t ci, int64_t kb, int64_t nb,
-                                          const float (*mt)[kProductBlock]) {
-    for (int64_t k0 = 0; k0 < nb; k0 += kL) {
-      float t[3][6][kL];  // G^T m
-      for (int j = 0; j < 6; ++j) {
-        float a[3][kL] = {};
-        for (int i = 0; i < 6; ++i)
-          for (int r = 0; r < 3; ++r)
-            for (int l = 0; l < kL; ++l) a[r][l] += kG[i][r] * mt[i * 6 + j][k0 + l];
-        for (int r = 0; r < 3; ++r)
-          for (int l = 0; l < kL; ++l) t[r][j][l] = a[r][l];
-      }
-      for (int r = 0; r < 3; ++r)
-        for (int q = 0; q < 3; ++q) {
-          float a[kL] = {};  // (G^T m) G
-          for (int j = 0; j < 6; ++j)
-            for (int l = 0; l < kL; ++l) a[l] += t[r][j][l] * kG[j][q];
-          for (int l = 0; l < kL; ++l) {
-            const int64_t ko = kb + k0 + l;
-            dw[ohwi ? ((ko * 3 + r) * 3 + q) * c + ci : (ko * c + ci) * 9 + r * 3 + q] = a[l];
-          }
-        }
-    }
-  });
+  if (cpu_info().avx2_fma()) return f43_avx2::weight_grad_from_products(m, c, k, order, dw);
+  f43_base::weight_grad_from_products(m, c, k, order, dw);
 }
 
 namespace {
@@ -442,31 +221,13 @@ struct WinogradF43Conv::Impl {
   // running thread's scratch (thread_scratch), shared by every Winograd conv the thread runs.
 
   /// M (36, rows, kt; positions mpos floats apart) of tiles [p0, p0 + rows) and output
-  /// channels [k0, k0 + kt) into y: A^T m A + bias (+ y), ReLU.
+  /// channels [k0, k0 + kt) into y: A^T m A + bias (+ y), ReLU (the ISA's output_transform).
   void output_transform(const float* mb, int64_t p0, int64_t rows, int64_t k0, float* y) const {
-    const int64_t ps = s.nhwc ? s.k : kL;  // floats between pixels
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t t = p0 + r, n = t / (th * tw), ty = (t / tw) % th, tx = t % tw;
-      const int64_t oh = std::min<int64_t>(4, s.h - ty * 4);
-      const int64_t ow = std::min<int64_t>(4, s.w - tx * 4);
-      for (int64_t kb = k0 / kL; kb < (k0 + kt) / kL; ++kb) {
-        float mt[6][6][kL];
-        for (int xi = 0; xi < 36; ++xi)
-          std::memcpy(mt[xi / 6][xi % 6], mb + xi * mpos + r * kt + kb * kL - k0,
-                      sizeof(mt[0][0]));
-        float t1[4][6][kL];  // A^T m: down the columns
-        for (int j = 0; j < 6; ++j) output_row(mt[0][j], 6 * kL, t1[0][j], 6 * kL);
-        float* yb = y + block_offset(s, s.k, n, kb);
-        static constexpr float kZero[kL] = {};
-        const float* b = bias ? bias + kb * kL : kZero;
-        for (int i = 0; i < oh; ++i) {
-          float o[4][kL];  // (A^T m) A: along row i
-          output_row(t1[i][0], kL, o[0], kL);
-          float* yr = yb + ((ty * 4 + i) * s.w + tx * 4) * ps;
-          for (int j = 0; j < ow; ++j) store_output(o[j], b, yr + j * ps, accumulate, relu);
-        }
-      }
-    }
+    const F43Tiles tl{s, th, tw, kt, mpos};
+    if (cpu_info().avx2_fma())
+      f43_avx2::output_transform(tl, bias, relu, accumulate, mb, p0, rows, k0, y);
+    else
+      f43_base::output_transform(tl, bias, relu, accumulate, mb, p0, rows, k0, y);
   }
 };
 
