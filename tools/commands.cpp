@@ -249,6 +249,7 @@ int convert_weights_command(const Config& c) {
   o.from = c.weights_from;
   o.arch = given(c, "--arch") ? c.arch : "auto";
   o.ema = c.weights_ema;
+  o.input_channels = c.input_channels;
   convert_weights(o, std::cerr);
   // rn50's own reader must take the file as well: every tensor, shape and the architecture.
   const InferenceProgram prog = fold_weights_file(c.output);

@@ -4,6 +4,7 @@ a safetensors file with torchvision's keys, F32 (num_batches_tracked is left out
 
     convert_weights.py SRC --output OUT.safetensors [--from auto|torchvision|dle-pytorch|paddle]
                        [--arch auto|resnet18|resnet34|resnet50|resnet101|resnet152] [--ema]
+                       [--input-channels 3|4]
 
 `rn50 convert-weights` runs this script. Exit 0 and one summary line on stdout; exit 2 and one
 line on stderr ("convert_weights: error: ...") for a file or argument that cannot be used. OUT
@@ -41,6 +42,17 @@ Formats (--from auto tells them apart by content, not by file name)
                torchvision's ResNet in that order: conv0/1/2 -> conv1/2/3, short ->
                downsample.0/.1. "<param>.asp_mask" entries (ASP training) are skipped: the
                weights are already pruned. float16 weights (pure fp16) are widened exactly.
+               Every DLE Paddle training command keeps its default --image-shape 4,224,224
+               (dali.py: CropMirrorNormalize(pad_output=image_channel == 4) appends a zero
+               fourth channel, for tensor cores), so its stem conv2d_0.w_0 is [64, 4, 7, 7].
+
+The stem's input channels (--input-channels, `rn50 convert-weights --image-shape C,H,W`): a
+4-channel conv1.weight (DLE Paddle's default, or any file of a 4-channel run) becomes the 3-channel
+model by default, the fourth input channel's weights dropped; exact for inputs whose fourth channel
+is zero, as DLE's padding is. With --input-channels 4 the 4-channel stem is written as it is (a
+3-channel one gets a zero fourth channel). DLE PyTorch always trains on 3 channels
+(image_classification/dali.py and dataloaders.py do not pad; --memory-format only changes the
+layout), so its checkpoints have a 3-channel stem.
 
 Reading never runs code from the file. Torch files: torch.load(map_location="cpu",
 weights_only=True); where that refuses (torch 1.13's weights-only reader has no floats, and
@@ -75,7 +87,7 @@ def one_line(e):
 
 
 # ---------------------------------------------------------------- torchvision's layout
-def expected_shapes(arch, classes):
+def expected_shapes(arch, classes, input_channels=3):
     """torchvision's state_dict keys (less num_batches_tracked) -> shape, in its order."""
     kind, counts = ARCHS[arch]
     exp = 4 if kind == "bottleneck" else 1
@@ -85,7 +97,7 @@ def expected_shapes(arch, classes):
         out[conv + ".weight"] = (o, i, k, k)
         out.update((f"{bn}.{f}", (o,)) for f in BN_FIELDS)
 
-    conv_bn("conv1", "bn1", 64, 3, 7)
+    conv_bn("conv1", "bn1", 64, input_channels, 7)
     inplanes = 64
     for s, n in enumerate(counts):
         w = 64 << s
@@ -113,13 +125,13 @@ def conv_bn_order(arch):
             for i, (k, shape) in enumerate(items) if len(shape) == 4]
 
 
-def check_keys(tensors, arch, src):
+def check_keys(tensors, arch, src, input_channels=3):
     """Validates {torchvision key: array} against torchvision's `arch` -> (classes, [(k, a)])."""
     if "fc.weight" not in tensors or tensors["fc.weight"].ndim != 2:
         raise UserError(f"'{src}': no 2-d fc.weight, so the class count is unknown "
                         f"(keys: {names(tensors, 6)})")
     classes = int(tensors["fc.weight"].shape[0])
-    exp = expected_shapes(arch, classes)
+    exp = expected_shapes(arch, classes, input_channels)
     missing = [k for k in exp if k not in tensors]
     extra = [k for k in tensors if k not in exp]
     wrong = [f"{k} {list(tensors[k].shape)} (expected {list(s)})"
@@ -380,6 +392,26 @@ def read_paddle(src, arch):
     return {k: np.ascontiguousarray(v, dtype="<f4") for k, v in out.items()}, arch, notes
 
 
+def adapt_stem(tensors, input_channels, notes):
+    """conv1.weight [64, 3|4, 7, 7] -> `input_channels` input channels, in place; says so in notes.
+    4 -> 3 drops the fourth input channel's weights (exact when that channel is zero, as DLE's
+    padding is); 3 -> 4 appends a zero channel (exact for any fourth channel)."""
+    import numpy as np
+    w = tensors.get("conv1.weight")
+    if w is None or w.ndim != 4 or w.shape[1] not in (3, 4) or w.shape[1] == input_channels:
+        return  # absent or another shape: check_keys names it
+    if w.shape[1] == 4:
+        tensors["conv1.weight"] = np.ascontiguousarray(w[:, :3])
+        notes.append("conv1.weight: 4 input channels -> 3, the fourth channel's weights dropped "
+                     "(exact: DLE pads the input with a zero fourth channel; --image-shape "
+                     "4,H,W keeps them)")
+    else:
+        tensors["conv1.weight"] = np.ascontiguousarray(
+            np.concatenate([w, np.zeros_like(w[:, :1])], axis=1))
+        notes.append("conv1.weight: 3 input channels -> 4, a zero fourth channel added "
+                     "(--image-shape 4,H,W)")
+
+
 # ---------------------------------------------------------------- output
 def write_safetensors(path, tensors, metadata):
     """Writes [(name, array)] as F32 safetensors, atomically (path.tmp, fsync, rename)."""
@@ -432,11 +464,13 @@ def convert(a):
         arch = torch_arch(tensors) if a.arch == "auto" else a.arch
     else:
         fmt, (tensors, arch, notes) = "paddle", read_paddle(a.src, a.arch)
-    classes, ordered = check_keys(tensors, arch, a.src)
+    adapt_stem(tensors, a.input_channels, notes)
+    classes, ordered = check_keys(tensors, arch, a.src, a.input_channels)
     if os.path.exists(a.output) and os.path.samefile(a.output, a.src):
         raise UserError(f"--output '{a.output}' is the source file")
     size = write_safetensors(a.output, ordered, {
-        "format": "pt", "source": os.path.basename(a.src), "source_format": fmt, "arch": arch})
+        "format": "pt", "source": os.path.basename(a.src), "source_format": fmt, "arch": arch,
+        "input_channels": str(a.input_channels)})
     extra = f" ({'; '.join(notes)})" if notes else ""
     print(f"converted {fmt} '{a.src}'{extra} -> '{a.output}': {arch}, {classes} classes, "
           f"{len(ordered)} tensors, {size / 2**20:.1f} MiB")
@@ -456,6 +490,9 @@ def main(argv=None):
     p.add_argument("--arch", default="auto", choices=["auto"] + list(ARCHS))
     p.add_argument("--ema", action="store_true",
                    help="DLE PyTorch checkpoints: convert state_dict_ema, not state_dict")
+    p.add_argument("--input-channels", type=int, default=3, choices=[3, 4],
+                   help="the stem's input channels to write: 3 (a 4-channel stem's fourth "
+                        "channel dropped) or 4 (kept; a 3-channel stem gets a zero channel)")
     try:
         convert(p.parse_args(argv))
     except UserError as e:

@@ -41,6 +41,7 @@ void convert_weights(const ConvertWeightsOptions& o, std::ostream& log) {
   const std::string cmd = shell_quote(python) + " " + shell_quote(script) + " " +
                           shell_quote(o.source) + " --output " + shell_quote(o.output) +
                           " --from " + shell_quote(o.from) + " --arch " + shell_quote(o.arch) +
+                          " --input-channels " + std::to_string(o.input_channels) +
                           (o.ema ? " --ema" : "");
   std::string out;
   const int rc = run_captured(cmd, out);

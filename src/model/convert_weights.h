@@ -14,6 +14,10 @@ struct ConvertWeightsOptions {
   std::string from = "auto";  ///< auto | torchvision | dle-pytorch | paddle
   std::string arch = "auto";  ///< auto (from the block counts) or resnet18..resnet152
   bool ema = false;  ///< DLE PyTorch: the checkpoint's state_dict_ema instead of its state_dict
+  /// The stem's input channels to write (--image-shape C,H,W): 3 drops a 4-channel stem's fourth
+  /// channel (DLE Paddle's default --image-shape 4,224,224; exact, its fourth input channel is
+  /// zero), 4 keeps it (a 3-channel stem gets a zero fourth channel).
+  int input_channels = 3;
 };
 
 /// Converts `o.source` to `o.output` with tools/convert_weights.py: Python's pickle is the

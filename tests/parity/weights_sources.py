@@ -23,6 +23,12 @@ generator seeded S+1, fc multiplied by --fc-scale) and writes into DIR:
   reference_ema.safetensors  the checkpoint's state_dict_ema (every float tensor scaled by a
                              random factor in [0.95, 1.05]), what --ema must give
 
+With --stem-channels 4 the three files hold a 4-channel stem, conv1.weight [64, 4, 7, 7], as
+every DLE Paddle run at its default --image-shape 4,224,224 writes it: the model's RGB weights
+plus a fourth input channel of random weights, which never meet data (DLE pads the input with a
+zero channel), so torch's answer is the 3-channel model's; reference.safetensors stays the
+3-channel state_dict and reference_stem4.safetensors holds the 4-channel one.
+
 and prints, for each image and --sizes entry, torch's eval-mode softmax as one JSON line
 {"resize_short", "crop_size", "file", "probs"}, exactly like predict_golden.py (PIL RGB ->
 Resize(resize_short) -> CenterCrop(crop) -> ToTensor -> Normalize(ImageNet) -> softmax).
@@ -49,10 +55,16 @@ def dle_name(k):
     return "module." + k
 
 
-def dle_checkpoint(m, seed):
-    """The dict DLE's train_loop saves: epoch, best_prec1, Trainer.state_dict() (+ EMA)."""
+def dle_checkpoint(m, seed, stem):
+    """The dict DLE's train_loop saves: epoch, best_prec1, Trainer.state_dict() (+ EMA); `stem`
+    is conv1.weight (3 or 4 input channels)."""
     g = torch.Generator().manual_seed(seed + 2)
-    live = copy.deepcopy(m).to(memory_format=torch.channels_last)
+    live = copy.deepcopy(m)
+    if stem.shape[1] != live.conv1.in_channels:
+        live.conv1 = torch.nn.Conv2d(stem.shape[1], stem.shape[0], 7, 2, 3, bias=False)
+        with torch.no_grad():
+            live.conv1.weight.copy_(stem)
+    live = live.to(memory_format=torch.channels_last)
     ema = copy.deepcopy(live)
     with torch.no_grad():
         for t in ema.state_dict().values():
@@ -104,6 +116,8 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fc-scale", type=float, default=1.0, help="multiplies fc weight and bias")
     p.add_argument("--out-dir", required=True)
+    p.add_argument("--stem-channels", type=int, default=3, choices=[3, 4],
+                   help="input channels of conv1.weight in the written files")
     p.add_argument("--sizes", default="256:224", help="comma-separated resize_short:crop pairs")
     p.add_argument("images", nargs="*")
     a = p.parse_args()
@@ -112,9 +126,15 @@ def main():
     out = lambda name: os.path.join(a.out_dir, name)
     m = build_model(a.arch, a.num_classes, a.seed, a.fc_scale)
     sd = m.state_dict()
-    torch.save(sd, out("torchvision.pth"))
     save_safetensors(out("reference.safetensors"), sd)
-    ckpt, ema = dle_checkpoint(m, a.seed)
+    if a.stem_channels == 4:  # the fourth channel's weights: random, never multiplied by data
+        w = m.conv1.weight.detach()
+        fourth = torch.randn(w.shape[0], 1, *w.shape[2:], generator=torch.Generator().manual_seed(a.seed + 3))
+        sd = collections.OrderedDict(sd)
+        sd["conv1.weight"] = torch.cat([w, 0.05 * fourth], dim=1)
+        save_safetensors(out("reference_stem4.safetensors"), sd)
+    torch.save(sd, out("torchvision.pth"))
+    ckpt, ema = dle_checkpoint(m, a.seed, sd["conv1.weight"])
     torch.save(ckpt, out("dle.pth.tar"))
     save_safetensors(out("reference_ema.safetensors"), ema)
     with open(out("paddle.pdparams"), "wb") as f:
