@@ -165,6 +165,12 @@ TEST(TrainCheckpoint, FailedSaveLeavesNoCompleteMarkerAndNoTempFiles) {
   // resolve_checkpoint_dir(auto) skips the incomplete folder.
   EXPECT_THROW(resolve_checkpoint_dir(tmp.str(), "auto"), Error);
   EXPECT_THROW(resolve_checkpoint_dir(tmp.str(), "0"), Error);
+  // A training run's "auto" (none_ok) finds nothing to resume: "" (start from epoch 0), also
+  // through the <checkpoint-dir>/<arch> level and in an empty folder; an explicit epoch throws.
+  EXPECT_EQ(resolve_checkpoint_dir(tmp.str(), "auto", "", /*none_ok=*/true), "");
+  fs::create_directories(tmp.path / "nested" / "resnet18" / "0");
+  EXPECT_EQ(resolve_checkpoint_dir((tmp.path / "nested").string(), "auto", "resnet18", true), "");
+  EXPECT_THROW(resolve_checkpoint_dir(tmp.str(), "0", "", true), Error);
 }
 
 TEST(TrainCheckpoint, ResolveEpochFolder) {
@@ -219,10 +225,29 @@ TEST(TrainCheckpoint, PretrainedParamsShapeErrorsAndConversion) {
     }
   }
 
-  // Different class count: the error names the key and the --num-of-class that fits.
+  // Different class count (fine-tuning): the backbone is loaded, fc keeps the model's own
+  // initialisation, and the answer says so.
   auto c = small_model(*be, 7, 1);
+  auto c_init = small_model(*be, 7, 1);  // the same seed: c's fc before loading
+  const std::string note = load_pretrained_params(file, *c);
+  EXPECT_NE(note.find("fc: 5 -> 7 classes, re-initialised"), std::string::npos) << note;
+  {
+    auto sc = c->state_dict(), si = c_init->state_dict();
+    std::map<std::string, Tensor> want(sa.begin(), sa.end());
+    for (size_t i = 0; i < sc.size(); ++i) {
+      const std::string& k = sc[i].first;
+      if (k.find("num_batches_tracked") != std::string::npos) continue;
+      if (k == "fc.weight" || k == "fc.bias")
+        EXPECT_TRUE(bitwise_equal(sc[i].second, si[i].second)) << k << " re-initialised";
+      else
+        EXPECT_TRUE(bitwise_equal(sc[i].second, want.at(k))) << k << " loaded";
+    }
+  }
+  EXPECT_EQ(load_pretrained_params(file, *b), "");  // the same class count: nothing to say
+  // --strict-pretrained (and evaluation): the error names the key and the --num-of-class that
+  // fits.
   try {
-    load_pretrained_params(file, *c);
+    load_pretrained_params(file, *c, /*strict_classes=*/true);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     const std::string msg = e.what();

@@ -243,11 +243,15 @@ struct Config {
   /// directly from one epoch folder (holding state.json).
   std::string from_checkpoint;
   /// --last-epoch-of-checkpoint: epoch folder to resume from: an integer, or "auto" (default) =
-  /// the largest integer-named sub-folder holding state.json (DLE Paddle flag).
+  /// the largest integer-named sub-folder holding state.json (DLE Paddle flag); in training,
+  /// "auto" with no complete checkpoint yet starts from epoch 0 (a requeued job's first start).
   std::string last_epoch_of_checkpoint = "auto";
   /// --from-pretrained-params: safetensors file with torchvision state_dict keys to initialise
-  /// the model from (num_batches_tracked entries ignored).
+  /// the model from (num_batches_tracked entries ignored); a folder or a DLE path prefix too.
   std::string from_pretrained_params;
+  /// --strict-pretrained: refuse --from-pretrained-params weights whose classifier has another
+  /// class count instead of re-initialising fc (the default for fine-tuning).
+  bool strict_pretrained = false;
 
   // ---- data parallelism (launch with mpirun / srun; see README) ----
   /// Processes taking part: set from the launcher's environment (OpenMPI / Slurm), not a flag.

@@ -237,6 +237,9 @@ void validate(const Config& c) {
          "it sets the format of --report-file; add --report-file FILE");
   refuse("--last-epoch-of-checkpoint", c.from_checkpoint.empty(),
          "it picks the epoch folder of --from-checkpoint; add --from-checkpoint");
+  refuse("--strict-pretrained", c.from_pretrained_params.empty(),
+         "it checks the class count of --from-pretrained-params weights; add "
+         "--from-pretrained-params");
   refuse("--zero-init-residual", !c.from_checkpoint.empty() || !c.from_pretrained_params.empty(),
          "the weights come from --from-checkpoint / --from-pretrained-params, not from the "
          "initialisation");

@@ -284,8 +284,9 @@ void add_precision_and_data(std::vector<FlagSpec>& t) {
     FlagSpec f = base("--image-shape", "INT ...",
                       "input shape C,H,W: C = 3, or 4 for a zero fourth channel (DLE's NHWC "
                       "padding; the stem conv gets 4 input channels); H = W = the crop size "
-                      "(sets --crop-size)",
-                      TE | BT);
+                      "(sets --crop-size); convert-weights: the stem to write, 3 channels "
+                      "(default: a 4-channel stem's fourth channel dropped) or 4 (kept)",
+                      TE | BT | CVW);
     f.get = [](const Config& c) {
       return json::array({c.input_channels, c.crop_size, c.crop_size});
     };
@@ -442,7 +443,8 @@ void add_precision_and_data(std::vector<FlagSpec>& t) {
                    TE | X));
   t.push_back(text("--last-epoch-of-checkpoint", &C::last_epoch_of_checkpoint,
                    "the epoch folder of --from-checkpoint to use: N, or auto = the newest "
-                   "complete one",
+                   "complete one (rn50 train: none yet, or the run's own --checkpoint-dir not "
+                   "made yet, = start from epoch 0: one command line for every requeue)",
                    TE | X, [](const std::string& le) {
                      const bool ok = le == "auto" ||
                                      (!le.empty() && le.size() <= 9 &&
@@ -452,8 +454,15 @@ void add_precision_and_data(std::vector<FlagSpec>& t) {
                    }));
   t.push_back(text("--from-pretrained-params", &C::from_pretrained_params,
                    "weights to start from: a safetensors file with torchvision state_dict keys, "
-                   "or a folder holding model.safetensors",
+                   "a folder holding it (model.safetensors, the checkpoint's --model-prefix "
+                   "file, or its only weights file), or a DLE-style path prefix P for "
+                   "P.safetensors; rn50 train: a classifier of another class count is "
+                   "re-initialised (fine-tuning) unless --strict-pretrained",
                    TE | BT | P | X | BI));
+  t.push_back(switch_("--strict-pretrained", &C::strict_pretrained,
+                      "rn50 train: refuse --from-pretrained-params weights whose fc has another "
+                      "class count than --num-of-class instead of re-initialising fc",
+                      T));
   // ---- data parallelism ----
   t.push_back(choice("--dist-backend", &C::dist_backend, {"auto", "single", "mpi", "nccl"},
                      "gradient/metric communicator; auto = nccl on GPUs, mpi on CPUs when "

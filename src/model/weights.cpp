@@ -107,21 +107,55 @@ Tensor to_host(Backend& backend, const Tensor& t) {
 
 std::string weights_file(const std::string& path, const std::string& flag) {
   namespace fs = std::filesystem;
-  RN50_CHECK(fs::exists(path), "{} '{}': no such file or folder", flag, path);
+  if (!fs::exists(path)) {
+    // DLE Paddle names weights by their path prefix (<dir>/<epoch>/<--model-prefix>, the file
+    // being <prefix>.pdparams): <prefix>.safetensors is rn50's file of that name.
+    if (fs::is_regular_file(path + ".safetensors")) return path + ".safetensors";
+    if (fs::is_regular_file(path + ".pdparams")) {
+      const std::string hint = foreign_weights_hint(path + ".pdparams", flag);
+      RN50_CHECK(hint.empty(), "{}", hint);
+    }
+    RN50_FAIL("{} '{}': no such file or folder (nor '{}.safetensors', as a DLE-style path "
+              "prefix)",
+              flag, path, path);
+  }
   if (!fs::is_directory(path)) {
     const std::string hint = foreign_weights_hint(path, flag);
     RN50_CHECK(hint.empty(), "{}", hint);
     return path;
   }
+  // An rn50 epoch folder names its weights file in state.json (--model-prefix P writes
+  // P.safetensors); else model.safetensors; else the folder's only weights file (not an
+  // optimizer state: *.optimizer.safetensors).
+  const fs::path state = fs::path(path) / "state.json";
+  if (fs::is_regular_file(state)) {
+    try {
+      const nlohmann::json j = parse_json_limited(read_file(state.string()), state.string(),
+                                                  /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("model_file") && j["model_file"].is_string()) {
+        const std::string name = j["model_file"].get<std::string>();
+        if (name.find_first_of("/\\") == std::string::npos &&
+            fs::is_regular_file(fs::path(path) / name))
+          return (fs::path(path) / name).string();
+      }
+    } catch (const Error&) {  // not ours to judge here: the checkpoint reader names it
+    }
+  }
   const fs::path file = fs::path(path) / "model.safetensors";
   if (fs::is_regular_file(file)) return file.string();
-  std::vector<std::string> others;
-  for (const auto& e : fs::directory_iterator(path))
-    if (e.path().extension() == ".safetensors") others.push_back(e.path().filename().string());
+  std::vector<std::string> others, weights;
+  for (const auto& e : fs::directory_iterator(path)) {
+    const std::string name = e.path().filename().string();
+    if (e.path().extension() != ".safetensors") continue;
+    others.push_back(name);
+    if (name.size() < 22 || name.compare(name.size() - 22, 22, ".optimizer.safetensors") != 0)
+      weights.push_back(name);
+  }
+  if (weights.size() == 1) return (fs::path(path) / weights.front()).string();
   std::sort(others.begin(), others.end());
   RN50_FAIL("{} '{}' is a folder without model.safetensors{}: pass the weights file itself (a "
             "safetensors file with torchvision's state_dict keys), or a folder holding "
-            "model.safetensors",
+            "model.safetensors or one <prefix>.safetensors",
             flag, path,
             others.empty() ? std::string()
                            : fmt::format(" (it holds {})", fmt::join(others, ", ")));
@@ -153,14 +187,26 @@ SafeTensorsFile load_weights_file(const std::string& file) {
   return load_safetensors(file);
 }
 
-void load_pretrained_params(const std::string& path, ResNet& model) {
+std::string load_pretrained_params(const std::string& path, ResNet& model, bool strict_classes) {
   const std::string file = weights_file(path, "--from-pretrained-params");
-  load_pretrained_params(load_weights_file(file), file, model);
+  return load_pretrained_params(load_weights_file(file), file, model, strict_classes);
 }
 
-void load_pretrained_params(const SafeTensorsFile& f, const std::string& path, ResNet& model) {
+std::string load_pretrained_params(const SafeTensorsFile& f, const std::string& path,
+                                   ResNet& model, bool strict_classes) {
   std::map<std::string, Tensor> sd;
   std::set<std::string> expected;
+  // The classifier of another class count (fine-tuning 1000-class weights on 10 classes): the
+  // model keeps its own initialisation of fc.weight and fc.bias, as torchvision/timm users
+  // replace model.fc and DLE Paddle's load_params skips parameters of another shape.
+  int64_t file_classes = -1;
+  auto other_classes = [&](const std::string& name, const Tensor& t,
+                           const std::vector<int64_t>& shape) {
+    if (name == "fc.weight")
+      return t.ndim() == 2 && shape.size() == 2 && t.dim(1) == shape[1] && t.dim(0) != shape[0];
+    if (name == "fc.bias") return t.ndim() == 1 && shape.size() == 1 && t.dim(0) != shape[0];
+    return false;
+  };
   auto check = [&](const std::string& name, const std::vector<int64_t>& shape) {
     expected.insert(name);
     auto it = f.tensors.find(name);
@@ -172,11 +218,18 @@ void load_pretrained_params(const SafeTensorsFile& f, const std::string& path, R
     const bool stem_channels = name == "conv1.weight" && t.ndim() == 4 && shape.size() == 4 &&
                                (t.dim(1) == 3 || t.dim(1) == 4) && t.dim(0) == shape[0] &&
                                t.dim(2) == shape[2] && t.dim(3) == shape[3];
+    if (!strict_classes && other_classes(name, t, shape)) {
+      file_classes = t.dim(0);
+      return;  // the model's own initialisation stays
+    }
     if (it->second.shape() != shape && !stem_channels) {
       std::string hint;
       if (name.rfind("fc.", 0) == 0 && !it->second.shape().empty())
-        hint = fmt::format(" — the file has {} classes: pass --num-of-class {}",
-                           it->second.shape()[0], it->second.shape()[0]);
+        hint = fmt::format(" — the file has {} classes: pass --num-of-class {}{}",
+                           it->second.shape()[0], it->second.shape()[0],
+                           strict_classes ? " (or leave out --strict-pretrained to fine-tune "
+                                            "with fc re-initialised)"
+                                          : "");
       RN50_FAIL("--from-pretrained-params '{}': key '{}' has shape {} but the {} model expects "
                 "{}{}",
                 path, name, shape_str(it->second.shape()), model.arch().name, shape_str(shape),
@@ -194,7 +247,16 @@ void load_pretrained_params(const SafeTensorsFile& f, const std::string& path, R
     std::cerr << fmt::format("warning: --from-pretrained-params '{}': ignoring {} unexpected "
                              "key(s): {}\n",
                              path, extra.size(), fmt::join(extra, ", "));
+  std::string note;
+  if (file_classes >= 0) {
+    for (auto& [name, t] : model.state_dict())
+      if (name == "fc.weight" || name == "fc.bias") sd[name] = t;
+    note = fmt::format("fc: {} -> {} classes, re-initialised (--strict-pretrained refuses "
+                       "instead)",
+                       file_classes, model.options().num_classes);
+  }
   model.load_state_dict(sd, /*strict=*/true);
+  return note;
 }
 
 std::string infer_arch(const std::map<std::string, Tensor>& sd, const std::string& what) {

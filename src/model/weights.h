@@ -13,9 +13,13 @@
 namespace rn50 {
 
 /// The weights file --from-pretrained-params `path` names (`flag` names it in messages): `path`
-/// itself when it is a file, <path>/model.safetensors when `path` is a folder holding one (DLE
-/// Paddle passes a folder; an rn50 checkpoint epoch folder holds model.safetensors). Throws
-/// rn50::Error naming the flag, the path and the file expected when there is none.
+/// itself when it is a file; for a folder (an rn50 epoch folder, or where DLE keeps a run's
+/// files) the weights file its state.json names (--model-prefix P: P.safetensors), else
+/// model.safetensors, else its only *.safetensors that is not an optimizer state; for a path
+/// that does not exist, <path>.safetensors (DLE Paddle's path-prefix spelling, <dir>/<prefix>
+/// for <prefix>.pdparams). A torch or Paddle file (also <path>.pdparams) is refused with the
+/// `rn50 convert-weights` command that converts it. Throws rn50::Error naming the flag, the
+/// path and the files expected when there is none.
 std::string weights_file(const std::string& path, const std::string& flag);
 
 /// Reads the weights file `file` (weights_file's answer) as load_safetensors does, checking it
@@ -28,12 +32,19 @@ SafeTensorsFile load_weights_file(const std::string& file);
 /// Loads torchvision-keyed weights (e.g. resnet50().state_dict() saved as safetensors) into
 /// `model`: every parameter and running_mean/var must be present with the model's shape
 /// (num_batches_tracked entries are ignored; F64/F16/BF16 are converted to F32; unexpected keys
-/// are listed on stderr and ignored). A shape mismatch throws naming the key, both shapes and,
-/// for fc.*, the --num-of-class value that matches the file.
-/// `path` may be a folder (weights_file).
-void load_pretrained_params(const std::string& path, ResNet& model);
+/// are listed on stderr and ignored). A classifier of another class count (fc.weight [N, F] with
+/// the model's F, fc.bias [N]) is not loaded: the model keeps its own initialisation of fc
+/// (fine-tuning, as torchvision/timm users replace model.fc and DLE Paddle's load_params skips
+/// parameters of another shape), and the answer says so ("fc: 1000 -> 10 classes,
+/// re-initialised"; "" when every tensor was loaded). With `strict_classes` (--strict-pretrained;
+/// evaluation, where a fresh classifier would measure nothing) that throws instead. Any other
+/// shape mismatch throws naming the key, both shapes and, for fc.*, the --num-of-class value
+/// that matches the file. `path` may be a folder or a DLE-style path prefix (weights_file).
+std::string load_pretrained_params(const std::string& path, ResNet& model,
+                                   bool strict_classes = false);
 /// The same with the file already read (`path` names it in messages).
-void load_pretrained_params(const SafeTensorsFile& file, const std::string& path, ResNet& model);
+std::string load_pretrained_params(const SafeTensorsFile& file, const std::string& path,
+                                   ResNet& model, bool strict_classes = false);
 
 /// The class count of a torchvision weights file read from `path`: `num_classes` when > 0,
 /// else the rows of its fc.weight. Throws naming the path when fc.weight is missing or not 2-D.

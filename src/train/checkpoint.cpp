@@ -172,9 +172,16 @@ fs::path epochs_folder(const fs::path& from, const std::string& arch) {
 }  // namespace
 
 std::string resolve_checkpoint_dir(const std::string& from, const std::string& last_epoch,
-                                   const std::string& arch) {
+                                   const std::string& arch, bool none_ok) {
   RN50_CHECK(fs::is_directory(from), "--from-checkpoint '{}': no such directory", from);
   if (fs::exists(fs::path(from) / kStateFile)) return from;
+  if (none_ok && (last_epoch == "auto" || last_epoch.empty())) {
+    // No complete epoch folder in `from` nor in any sub-folder: nothing to resume from.
+    bool any = newest_epoch(from) >= 0;
+    for (const auto& e : fs::directory_iterator(from))
+      any = any || (e.is_directory() && newest_epoch(e.path()) >= 0);
+    if (!any) return "";
+  }
   const fs::path epochs = epochs_folder(from, arch);
   if (last_epoch == "auto" || last_epoch.empty())
     return (epochs / std::to_string(newest_epoch(epochs))).string();

@@ -76,8 +76,11 @@ void save_checkpoint(const std::string& dir, ResNet& model, SgdOptimizer& optimi
 /// only sub-folder holding epoch folders (`from` is the --checkpoint-dir given to training;
 /// `arch` empty = whichever it is). Throws naming the flag when nothing matches, or when
 /// `from` holds several architectures' checkpoints and `arch` picks none.
+/// `none_ok` (a training run's "auto": one command line for the first start and every requeue)
+/// returns "" instead of throwing when "auto" finds no complete epoch folder in an existing
+/// `from` (a job killed before its first checkpoint); an explicit epoch still throws.
 std::string resolve_checkpoint_dir(const std::string& from, const std::string& last_epoch,
-                                   const std::string& arch = "");
+                                   const std::string& arch = "", bool none_ok = false);
 
 /// Reads state.json of an epoch folder.
 CheckpointState read_checkpoint_state(const std::string& dir);

@@ -244,11 +244,41 @@ void Session::setup_model() {
 void Session::load_weights() {
   if (!cfg.from_pretrained_params.empty()) {
     const std::string file = weights_file(cfg.from_pretrained_params, "--from-pretrained-params");
-    load_pretrained_params(file, *model);
-    log.out("loaded pretrained parameters from {}\n", file);
+    // Evaluating a fresh classifier would measure nothing: only training re-initialises fc.
+    const std::string note =
+        load_pretrained_params(file, *model, /*strict_classes=*/cfg.strict_pretrained || !train);
+    log.out("loaded pretrained parameters from {}{}\n", file,
+            note.empty() ? std::string() : "; " + note);
   }
   if (cfg.from_checkpoint.empty()) return;
-  resumed_from = resolve_checkpoint_dir(cfg.from_checkpoint, cfg.last_epoch_of_checkpoint, cfg.arch);
+  // A training run with --last-epoch-of-checkpoint auto is one command line for the first start
+  // and every restart (a Slurm requeue, a preemption): no complete checkpoint yet means epoch 0.
+  // The run's own --checkpoint-dir may not exist yet (killed before anything was written);
+  // another missing folder is a mistake and refused.
+  const bool auto_epoch =
+      cfg.last_epoch_of_checkpoint == "auto" || cfg.last_epoch_of_checkpoint.empty();
+  auto canonical = [](const std::string& dir) {  // "out/" and "./out" name "out" too
+    fs::path p = fs::weakly_canonical(dir);
+    return p.has_filename() ? p : p.parent_path();
+  };
+  auto own_dir = [&](const std::string& dir) {
+    const fs::path d = canonical(dir), own = canonical(cfg.checkpoint_dir);
+    return d == own || d == own / cfg.arch;
+  };
+  if (train && auto_epoch && !fs::exists(cfg.from_checkpoint) && own_dir(cfg.from_checkpoint)) {
+    log.out("--from-checkpoint '{}' does not exist yet (no checkpoint written): starting from "
+            "epoch 0\n",
+            cfg.from_checkpoint);
+    return;
+  }
+  resumed_from = resolve_checkpoint_dir(cfg.from_checkpoint, cfg.last_epoch_of_checkpoint,
+                                        cfg.arch, /*none_ok=*/train != nullptr);
+  if (resumed_from.empty()) {
+    log.out("--from-checkpoint '{}' holds no complete checkpoint yet (--last-epoch-of-checkpoint "
+            "auto): starting from epoch 0\n",
+            cfg.from_checkpoint);
+    return;
+  }
   CheckpointState st = read_checkpoint_state(resumed_from);
   RN50_CHECK(st.arch.empty() || st.arch == cfg.arch,
              "--from-checkpoint '{}' holds a {} model but --arch is {}", resumed_from, st.arch,
