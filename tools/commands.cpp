@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "config/config.h"
+#include "config/flags.h"
 #include "core/check.h"
 #include "rn50/bench.h"
 #include "rn50/data.h"
@@ -194,6 +195,7 @@ InferBenchConfig infer_bench_config(const Config& c) {
   b.profile = c.profile;
   b.peak_file = c.peak_file;
   b.include_upload = c.include_upload;
+  b.input_layout = c.data_layout;
   return b;
 }
 
@@ -258,6 +260,17 @@ int convert_weights_command(const Config& c) {
   return 0;
 }
 
+int bench_infer_command(const Config& c) {
+  const InferBenchConfig b = infer_bench_config(c);
+  if (c.show_config) std::printf("%s", config_table(c, kBenchInfer).c_str());
+  if (c.input_channels == 4)  // DLE inference.py's default --image-shape 4,224,224
+    std::printf("--image-shape 4,%d,%d: DLE's zero fourth input channel; the engine's stem takes "
+                "RGB (the zero channel's weights dropped, exact), so RGB batches are timed\n",
+                c.crop_size, c.crop_size);
+  bench_infer(b, std::cout);
+  return 0;
+}
+
 int serve_command(const Config& c) {
 #ifdef RN50_HAVE_SERVE
   ServeOptions o;
@@ -295,7 +308,7 @@ int run(Command command, const Config& c) {
     case kCheckData: return check_data(c);
     case kBenchLoader: return bench_loader_command(c);
     case kBenchTrain: run_train_sweep(sweep_config(c), std::cout); return 0;
-    case kBenchInfer: bench_infer(infer_bench_config(c), std::cout); return 0;
+    case kBenchInfer: return bench_infer_command(c);
     case kBenchPeak: run_bench_peak(peak_bench_config(c), std::cout); return 0;
     case kReport: return report_command(c);
     case kServe: return serve_command(c);

@@ -391,7 +391,8 @@ struct InferBenchConfig {
   std::string report_format = "rn50";
   /// --data: "synthetic" (random normalised input) or an ImageFolder root, whose val/ split is
   /// first classified in full (top-1/top-5, an infer_accuracy report line) with the eval
-  /// transform at the model's resize/crop (--resize-short, else 256 * crop / 224).
+  /// transform at the model's resize/crop (--resize-short, else 256 * crop / 224), and after the
+  /// model-alone timing timed again with data loading (time_engine_with_loader).
   std::string data = "synthetic";
   int resize_short = 0;          ///< --resize-short; 0 = the model's, else crop * 256 / 224
   std::string predictions_file;  ///< --predictions-file: "path<TAB>label<TAB>top1" per image
@@ -406,6 +407,9 @@ struct InferBenchConfig {
   /// copy back; default false: the input stays on the device between calls, as the torch peer
   /// times it (InferenceEngine::run_device_resident). Every result says which ("input").
   bool include_upload = false;
+  /// --data-layout: the layout of the f32 input batch handed to the engine, NHWC (default) or
+  /// NCHW (DLE inference.py's --data-layout); the engine converts it into its own at the call.
+  Layout input_layout = Layout::NHWC;
 };
 
 /// Accuracy of an engine over an ImageFolder val split.
@@ -433,6 +437,9 @@ struct InferBenchPoint {
   double ips = 0;  ///< images/s over the timed calls
   double latency_avg_ms = 0, latency_p50_ms = 0, latency_p90_ms = 0, latency_p95_ms = 0,
          latency_p99_ms = 0;
+  /// With data loading (time_engine_with_loader): mean seconds per batch spent waiting for the
+  /// loader (DLE's data_time), and that wait's share of the latency (0..1); else 0.
+  double data_time = 0, data_share = 0;
 };
 
 /// Runs the benchmark, printing a table row per batch size to `out` as it goes. Throws
@@ -448,5 +455,21 @@ class ReportWriter;
 std::vector<InferBenchPoint> time_engine(InferenceEngine& engine, const InferBenchConfig& cfg,
                                          const std::string& arch, int classes, std::ostream& out,
                                          ReportWriter* report);
+
+/// Times the whole path of real images for each of cfg.batch_sizes, as DLE's inference tables
+/// measure "with data loading" (DLE PaddlePaddle RN50v1.5 inference.py benchmark_dataset): per
+/// batch, the wait for the next full batch of source_for(batch) (decoded, resized and cropped to
+/// cfg.crop_size on the loader's threads; an epoch's partial last batch is skipped and the
+/// source restarts), the normalisation with `norm` into an f32 batch of cfg.input_layout, and
+/// engine.run; cfg.warmup_steps untimed batches, then cfg.steps timed ones. Prints a table
+/// (img/s, latency avg and p50/p90/p95/p99 in ms, the loader's ms per batch and its share) to
+/// `out` and writes an infer_benchmark line per batch size (input "loader", data_time in
+/// seconds, data_share, image_root = `what`) to `report` when not null. source_for must give a
+/// source of that batch size, alive until the next call. Throws rn50::Error naming `what` when
+/// an epoch holds no full batch, or as the loader and the engine do.
+std::vector<InferBenchPoint> time_engine_with_loader(
+    InferenceEngine& engine, const InferBenchConfig& cfg, const std::string& arch, int classes,
+    const std::function<DataSource&(int batch)>& source_for, const Normalization& norm,
+    const std::string& what, std::ostream& out, ReportWriter* report);
 
 }  // namespace rn50

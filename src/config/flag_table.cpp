@@ -58,7 +58,8 @@ void add_run_and_recipe(std::vector<FlagSpec>& t) {
                    "precision; empty = no share; rn50 train: with --benchmark",
                    T | BT | BI));
   t.push_back(switch_("--show-config", &C::show_config,
-                      "print the resolved configuration as a table before running", TE | BT));
+                      "print the resolved configuration as a table before running",
+                      TE | BT | BI));
   // ---- optimisation (DLE RN50 v1.5) ----
   t.push_back(integer("--epochs", &C::epochs, "number of epochs (DLE 90)", T, at_least(1)));
   t.push_back(integer("--batch-size", &C::batch_size,
@@ -180,7 +181,9 @@ void add_run_and_recipe(std::vector<FlagSpec>& t) {
         }
       },
       [](Layout l) { return std::string(layout_name(l)); },
-      "activation memory layout (NHWC: channels last)", TE | BT));
+      "activation memory layout (NHWC: channels last); bench infer: the layout of the input "
+      "batch handed to the engine (DLE inference.py's)",
+      TE | BT | BI));
   t.push_back(text("--device", &C::device,
                    "auto (cuda:0 when a GPU is usable, else cpu) | cpu | cuda | cuda:N",
                    TE | BT | P | BI | S, [](const std::string& d) {
@@ -284,9 +287,11 @@ void add_precision_and_data(std::vector<FlagSpec>& t) {
     FlagSpec f = base("--image-shape", "INT ...",
                       "input shape C,H,W: C = 3, or 4 for a zero fourth channel (DLE's NHWC "
                       "padding; the stem conv gets 4 input channels); H = W = the crop size "
-                      "(sets --crop-size); convert-weights: the stem to write, 3 channels "
-                      "(default: a 4-channel stem's fourth channel dropped) or 4 (kept)",
-                      TE | BT | CVW);
+                      "(sets --crop-size); bench infer: C = 4 is timed as RGB (the engine's stem "
+                      "drops the zero channel's weights, exact); convert-weights: the stem to "
+                      "write, 3 channels (default: a 4-channel stem's fourth channel dropped) or "
+                      "4 (kept)",
+                      TE | BT | BI | CVW);
     f.get = [](const Config& c) {
       return json::array({c.input_channels, c.crop_size, c.crop_size});
     };
@@ -506,6 +511,42 @@ void add_other_commands(std::vector<FlagSpec>& t) {
   }
   t.push_back(int_list("--batch-sizes", &C::batch_sizes, 1,
                        "batch sizes (per process), space- or comma-separated", BT | BI));
+  // DLE Paddle inference.py's spellings (utils/config.py add_trt_args) on rn50 bench infer.
+  t.push_back(alias(int_list("--batch-size", &C::batch_sizes, 1,
+                             "DLE inference.py's --batch-size: the batch size to time, or "
+                             "several as --batch-sizes",
+                             BI),
+                    "--batch-sizes"));
+  t.push_back(alias(text("--inference-dir", &C::model_dir,
+                         "DLE inference.py's --inference-dir: the exported model's folder (rn50 "
+                         "export --output, or rn50 train --inference-dir)",
+                         BI),
+                    "--model"));
+  // Paddle-TRT's knobs, which rn50's engines have no counterpart for: refused with what rn50
+  // does instead.
+  const std::pair<const char*, const char*> trt_only[] = {
+      {"--workspace-size",
+       "TensorRT's workspace: rn50's engines size their own scratch memory (oneDNN "
+       "scratchpads; cuDNN's workspace, chosen with each convolution's algorithm)"},
+      {"--min-subgraph-size",
+       "Paddle-TRT's subgraph partition: the whole network runs in rn50's engine"},
+      {"--use-static",
+       "TensorRT's serialised engine: rn50 builds its plan per batch size at the first call "
+       "(the untimed --benchmark-warmup-steps), and rn50 export writes the model once"},
+      {"--use-calib-mode",
+       "TensorRT's INT8 calibration: rn50 calibrates at export (rn50 export --precision int8 "
+       "--image-root DIR, or the ranges of a --qat run), then rn50 bench infer --model DIR "
+       "--precision int8"}};
+  for (const auto& [name, instead] : trt_only) {
+    // A value, as DLE's argparse takes one for each (an integer or True/False).
+    FlagSpec f = base(name, "TEXT", fmt::format("refused: {}", instead).c_str(), BI);
+    f.get = [](const Config&) { return json(std::string()); };
+    f.set = [n = f.name, why = std::string(instead)](Config&, const std::vector<std::string>&) {
+      RN50_FAIL("{} (DLE inference.py, Paddle-TRT) has no counterpart in rn50: {}", n, why);
+    };
+    f.check = [](const Config&) {};
+    t.push_back(std::move(f));
+  }
   t.push_back(text("--predictions-file", &C::predictions_file,
                    "with ImageFolder data: write path<TAB>label<TAB>top1 per val image", BI));
   t.push_back(text("--output", &C::output,

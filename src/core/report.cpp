@@ -271,8 +271,16 @@ std::vector<ReportRecordType> make_schema() {
                   "where each timed call's input came from: host (the CPU engine), device (kept "
                   "on the GPU between calls, as the torch peer times it) or host+upload (a GPU "
                   "engine with --include-upload: the upload and the logits' copy back timed "
-                  "too); always written since 2026-12-06 (before, GPU engines timed "
-                  "host+upload)"));
+                  "too) or loader (real images through the data loader, decode to logits: "
+                  "time_engine_with_loader); always written since 2026-12-06 (before, GPU "
+                  "engines timed host+upload)"));
+  f.push_back(opt("data_time", T::number,
+                  "with data loading (input loader: rn50 bench infer --image-root, rn50 eval "
+                  "--benchmark on real images): mean seconds per batch waiting for the loader "
+                  "(DLE's data_time)"));
+  f.push_back(opt("data_share", T::number,
+                  "with data loading: data_time's share of the mean latency, 0..1"));
+  f.push_back(opt("image_root", T::string, "with data loading: the images read"));
   add_roofline(f, "the forward pass");
   s.push_back(std::move(infer));
 

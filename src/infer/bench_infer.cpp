@@ -2,7 +2,9 @@
 // input batch, --benchmark-warmup-steps untimed calls (which build the plan), then
 // --benchmark-steps timed calls of InferenceEngine::run; the GFLOP/s they achieve and, with
 // --peak-file, their share of the measured peak (rn50/roofline.h); with --profile, as many
-// profiled calls after them (rn50/profile.h).
+// profiled calls after them (rn50/profile.h). With --image-root: the accuracy over its val/
+// first, and after the model-alone table the same batch sizes with data loading
+// (bench_infer_data.cpp).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -96,6 +98,22 @@ std::vector<InferBenchPoint> bench_infer(const InferBenchConfig& cfg, std::ostre
         .set("crop_size", cfg.crop_size)
         .set("image_root", cfg.data);
     report.write(r);
+    std::vector<InferBenchPoint> points = time_engine(*engine, cfg, arch, classes, out, &report);
+    // The same batch sizes again with data loading: <data>/val through the loader.
+    const std::string val = (std::filesystem::path(cfg.data) / "val").string();
+    std::unique_ptr<DataSource> src;
+    auto source_for = [&](int b) -> DataSource& {
+      LoaderOptions lo;
+      lo.exact_decode = cfg.exact_decode;
+      lo.batch_size = b;
+      lo.crop_size = cfg.crop_size;
+      lo.resize_short = resize;
+      src.reset();  // one loader's threads at a time
+      src = make_image_folder_source(val, Split::val, lo);
+      return *src;
+    };
+    time_engine_with_loader(*engine, cfg, arch, classes, source_for, norm, val, out, &report);
+    return points;
   }
   return time_engine(*engine, cfg, arch, classes, out, &report);
 }
@@ -254,7 +272,7 @@ std::vector<InferBenchPoint> time_engine(InferenceEngine& engine, const InferBen
   std::mt19937_64 gen(cfg.seed + 1);
   std::normal_distribution<float> nd;
   for (int b : cfg.batch_sizes) {
-    Tensor x = Tensor::empty({b, 3, cfg.crop_size, cfg.crop_size}, DType::f32, Layout::NHWC);
+    Tensor x = Tensor::empty({b, 3, cfg.crop_size, cfg.crop_size}, DType::f32, cfg.input_layout);
     for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = nd(gen);
     // On a device, the input stays there between calls unless --include-upload (the
     // declaration of InferBenchConfig::include_upload).

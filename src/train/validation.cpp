@@ -64,9 +64,18 @@ void run_eval_benchmark(Session& s) {
   c.warmup_steps = s.cfg.benchmark_warmup_steps;
   c.seed = s.cfg.seed;
   c.engine = eo;
+  c.input_layout = s.cfg.data_layout;
   std::ostringstream table;
   time_engine(*engine, c, s.cfg.arch, s.num_classes, table, &s.report);
   s.log.out("{}", table.str());
+  // Real images: the same batch size again with data loading (DLE's eval-only tables).
+  if (s.val && s.cfg.data != DataKind::synthetic) {
+    std::ostringstream with_data;
+    time_engine_with_loader(
+        *engine, c, s.cfg.arch, s.num_classes, [&](int) -> DataSource& { return *s.val; },
+        normalization(s.cfg), s.cfg.image_root, with_data, &s.report);
+    s.log.out("{}", with_data.str());
+  }
 }
 
 }  // namespace rn50
