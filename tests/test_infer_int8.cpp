@@ -321,11 +321,16 @@ TEST(InferInt8, CliExportCalibratesAndBenchInferMeasuresAccuracy) {
       << out;
   EXPECT_NE(out.find("accuracy: resnet18 int8"), std::string::npos) << out;
   EXPECT_NE(out.find("(15 images, resize 73 crop 64)"), std::string::npos) << out;
+  // The accuracy line, the model-alone timings per batch size, then the same with data loading
+  // (test_cli_bench_infer checks those).
   const auto lines = rn50_test::read_jsonl(rep);
-  ASSERT_EQ(lines.size(), 3u);
+  ASSERT_EQ(lines.size(), 5u);
   EXPECT_EQ(lines[0]["type"], "infer_accuracy");
   EXPECT_EQ(lines[0]["images"], 15);
   EXPECT_EQ(lines[1]["precision"], "int8");
+  EXPECT_NE(lines[1].value("input", ""), "loader");
+  EXPECT_EQ(lines[3].value("input", ""), "loader");
+  EXPECT_EQ(lines[4]["precision"], "int8");
   // One line per val image, its label the folder's class index.
   std::ifstream pf(pred);
   int n = 0;
