@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -62,6 +63,9 @@ class OpProfiler {
     double bytes = 0;    ///< compulsory bytes read + written (see the file comment)
     double roof_seconds = 0;    ///< the roofline time of its calls (with a roof set)
     int64_t unbounded_calls = 0;  ///< calls the roof had no limit for (no peak of their precision)
+    /// Calls per implementation that ran the op, as the backend named it (note_impl; e.g. the
+    /// CPU convolution registry's "own_winograd_f43"); empty when the backend names none.
+    std::map<std::string, int64_t> impls;
   };
 
   OpProfiler();
@@ -102,6 +106,11 @@ class OpProfiler {
     OpProfiler* p_;
   };
 
+  /// Names the implementation that runs the innermost op under way on this thread (a static
+  /// string: a registry entry's name, src/backend/cpu/conv_registry.h); the op's row counts
+  /// its calls per implementation. Nothing when no profiler is active or no op is under way.
+  static void note_impl(const char* impl);
+
   /// The machine's roofs that each op's roofline time is computed with (before the first
   /// op; without one, the profile has no roofline columns). An empty roof (no peak for this
   /// device) sets none.
@@ -141,6 +150,9 @@ struct ProfileSummary {
     double gflops = -1;  ///< -1: the op has no FLOPs
     double gbps = -1;    ///< -1: the op moves no counted bytes
     double roof_ms = -1, roof_share = -1;
+    /// Calls per step of each implementation that ran the op (Row::impls), e.g.
+    /// {"onednn_direct": 40, "own_winograd_f43": 13}; empty when the backend names none.
+    std::map<std::string, double> impls;
   };
   struct Family {
     std::string family;
@@ -165,7 +177,8 @@ struct ProfileSummary {
 ProfileSummary summarize_profile(const OpProfiler& p);
 
 /// The summary as Markdown tables: per op (calls/step, ms/step, share %, GFLOP/s, GB/s; with
-/// a roof also roof ms/step and % of roof), the step time the ops do not cover as a last row,
+/// a roof also roof ms/step and % of roof; last the implementations that ran it with their
+/// calls per step, "-" when the backend names none), the step time the ops do not cover as a last row,
 /// then per family. `title` heads it.
 std::string profile_table(const ProfileSummary& s, const std::string& title);
 

@@ -22,6 +22,7 @@ struct OpProfiler::Impl {
   struct Acc {
     int64_t calls = 0, unbounded = 0;
     double seconds = 0, flops = 0, bytes = 0, roof_seconds = 0;
+    std::map<std::string, int64_t> impls;
   };
   /// An op under way: when it started and how long the ops nested in it took.
   struct Frame {
@@ -30,6 +31,7 @@ struct OpProfiler::Impl {
     const char* precision;
     Clock::time_point start;
     double child_seconds;
+    const char* impl;  ///< note_impl's name, or nullptr
   };
   std::unordered_map<const ProfileOp*, Acc> acc;
   std::vector<Frame> stack;
@@ -56,7 +58,7 @@ void OpProfiler::set_roof(const Roof& roof) {
 }
 
 void OpProfiler::begin(const ProfileOp& op, double flops, double bytes, const char* precision) {
-  impl_->stack.push_back({&op, flops, bytes, precision, Clock::now(), 0.0});
+  impl_->stack.push_back({&op, flops, bytes, precision, Clock::now(), 0.0, nullptr});
 }
 
 void OpProfiler::end() {
@@ -69,6 +71,7 @@ void OpProfiler::end() {
   a.seconds += std::max(0.0, elapsed - f.child_seconds);
   a.flops += f.flops;
   a.bytes += f.bytes;
+  if (f.impl) ++a.impls[f.impl];
   if (roof_ && f.precision) {  // no precision: overhead, the roof asks no time for it
     const double r = roof_->seconds(f.flops, f.bytes, f.precision);
     if (r < 0)
@@ -77,6 +80,10 @@ void OpProfiler::end() {
       a.roof_seconds += r;
   }
   if (!impl_->stack.empty()) impl_->stack.back().child_seconds += elapsed;
+}
+
+void OpProfiler::note_impl(const char* impl) {
+  if (g_current && !g_current->impl_->stack.empty()) g_current->impl_->stack.back().impl = impl;
 }
 
 void OpProfiler::add_step(double seconds) {
@@ -97,6 +104,7 @@ std::vector<OpProfiler::Row> OpProfiler::rows() const {
     r.bytes += a.bytes;
     r.roof_seconds += a.roof_seconds;
     r.unbounded_calls += a.unbounded;
+    for (const auto& [name, calls] : a.impls) r.impls[name] += calls;
   }
   std::vector<Row> v;
   for (auto& [name, r] : by_name) v.push_back(std::move(r));
@@ -146,6 +154,7 @@ ProfileSummary summarize_profile(const OpProfiler& p) {
     o.ms_per_step = 1e3 * r.seconds / steps;
     o.share = step_s > 0 ? r.seconds / step_s : 0.0;
     rates(o, r.flops, r.bytes, r.seconds, r.roof_seconds, r.unbounded_calls);
+    for (const auto& [name, calls] : r.impls) o.impls[name] = static_cast<double>(calls) / steps;
     s.ops_ms += o.ms_per_step;
     s.ops.push_back(o);
     ProfileSummary::Family& f = fam[r.family];
@@ -176,6 +185,16 @@ namespace {
 std::string gf(double g) { return g < 0 ? std::string("-") : fmt::format("{:.1f}", g); }
 std::string ms3(double m) { return m < 0 ? std::string("-") : fmt::format("{:.3f}", m); }
 std::string pct(double f) { return f < 0 ? std::string("-") : fmt::format("{:.0f}", 100 * f); }
+/// "name calls/step, ..." of an op's implementations, the most called first; "-" for none.
+std::string impls_cell(const std::map<std::string, double>& impls) {
+  if (impls.empty()) return "-";
+  std::vector<std::pair<std::string, double>> v(impls.begin(), impls.end());
+  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string out;
+  for (const auto& [name, calls] : v)
+    out += fmt::format("{}{} {:g}", out.empty() ? "" : ", ", name, calls);
+  return out;
+}
 nlohmann::ordered_json num_or_null(double v) {
   return v < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v);
 }
@@ -200,18 +219,20 @@ std::string profile_table(const ProfileSummary& s, const std::string& title) {
                              peaks, bw);
   }
   out += roof ? "\n| op | family | phase | calls/step | ms/step | share % | GFLOP/s | GB/s | "
-                "roof ms | % of roof |\n|---|---|---|---|---|---|---|---|---|---|\n"
-              : "\n| op | family | phase | calls/step | ms/step | share % | GFLOP/s | GB/s |\n"
-                "|---|---|---|---|---|---|---|---|\n";
+                "roof ms | % of roof | implementations (calls/step) |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|\n"
+              : "\n| op | family | phase | calls/step | ms/step | share % | GFLOP/s | GB/s | "
+                "implementations (calls/step) |\n|---|---|---|---|---|---|---|---|---|\n";
   for (const ProfileSummary::Op& o : s.ops) {
     out += fmt::format("| {} | {} | {} | {:.1f} | {:.3f} | {:.1f} | {} | {} |", o.op, o.family,
                        o.phase, o.calls_per_step, o.ms_per_step, 100 * o.share, gf(o.gflops),
                        gf(o.gbps));
-    out += roof ? fmt::format(" {} | {} |\n", ms3(o.roof_ms), pct(o.roof_share)) : "\n";
+    if (roof) out += fmt::format(" {} | {} |", ms3(o.roof_ms), pct(o.roof_share));
+    out += fmt::format(" {} |\n", impls_cell(o.impls));
   }
   const double rest = s.step_ms - s.ops_ms;
-  out += fmt::format("| (between ops: host code) | - | - | - | {:.3f} | {:.1f} | - | - |{}\n", rest,
-                     s.step_ms > 0 ? 100 * rest / s.step_ms : 0.0, roof ? " - | - |" : "");
+  out += fmt::format("| (between ops: host code) | - | - | - | {:.3f} | {:.1f} | - | - |{} - |\n",
+                     rest, s.step_ms > 0 ? 100 * rest / s.step_ms : 0.0, roof ? " - | - |" : "");
   out += roof ? "\n| family | ms/step | share % | GFLOP/s | GB/s | roof ms | % of roof |\n"
                 "|---|---|---|---|---|---|---|\n"
               : "\n| family | ms/step | share % | GFLOP/s | GB/s |\n|---|---|---|---|---|\n";
@@ -250,6 +271,10 @@ nlohmann::ordered_json profile_ops_json(const ProfileSummary& s) {
     if (s.roof) {
       j["roof_ms_per_step"] = num_or_null(o.roof_ms);
       j["roof_share"] = num_or_null(o.roof_share);
+    }
+    if (!o.impls.empty()) {
+      j["impls"] = nlohmann::ordered_json::object();
+      for (const auto& [name, calls] : o.impls) j["impls"][name] = calls;
     }
     v.push_back(std::move(j));
   }

@@ -216,7 +216,10 @@ std::vector<ReportRecordType> make_schema() {
                    "roofline: roof_ms_per_step (max(FLOP / peak, bytes / bandwidth); 0 for "
                    "overhead such as reorders; null when its precision had no peak) and "
                    "roof_share (roof_ms_per_step / ms_per_step, 0-1, over 1 when its tensors "
-                   "stayed in the caches; null for overhead)"));
+                   "stayed in the caches; null for overhead), and impls ({implementation: "
+                   "calls_per_step}: which implementation ran the op, e.g. the CPU "
+                   "convolution registry's \"own_winograd_f43\"; absent when the backend "
+                   "names none)"));
   pr.push_back(req("families", T::list,
                    "the ops summed by family, longest first: family, ms_per_step, share, "
                    "gflops, gbps, and with a roofline roof_ms_per_step and roof_share"));
