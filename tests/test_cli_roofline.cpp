@@ -5,6 +5,9 @@
 // the refusals. Small sizes: these check the figures' arithmetic and the wiring, not speed.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -117,10 +120,11 @@ TEST(CliRoofline, BenchPeakWritesATableAndRecords) {
 // rn50 train --benchmark --profile --peak-file: the roofline fields and the per-op profile.
 TEST(CliRoofline, TrainBenchmarkRooflineAndProfile) {
   TempDir tmp("roofline_train");
-  const fs::path report = tmp.path / "train.jsonl";
+  const fs::path report = tmp.path / "train.jsonl", conv_log = tmp.path / "conv.log";
   std::string out;
   const int rc = run_command(
-      kCli + " train --benchmark --data synthetic --device cpu --arch resnet18 --crop-size 64 "
+      "RN50_CONV_LOG=" + conv_log.string() + " " + kCli +
+      " train --benchmark --data synthetic --device cpu --arch resnet18 --crop-size 64 "
              "--batch-size 4 --benchmark-steps 3 --benchmark-warmup-steps 1 --profile "
              "--peak-file " + peak_file().string() + " --report-file " + report.string(),
       &out);
@@ -154,6 +158,27 @@ TEST(CliRoofline, TrainBenchmarkRooflineAndProfile) {
     ASSERT_NE(o, nullptr) << op;
     EXPECT_GT((*o)["gflops"].get<double>(), 0) << op;
   }
+  // Each conv row names the implementations that ran it (the CPU convolution registry), their
+  // calls adding up to the row's; RN50_CONV_LOG has one line per direction and shape.
+  std::string log;
+  {
+    std::ifstream f(conv_log);
+    log.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  for (const char* op : {"conv fwd", "conv bwd_data", "conv bwd_weights"}) {
+    const json& o = *op_row(p, op);
+    ASSERT_TRUE(o.contains("impls")) << o.dump();
+    double calls = 0;
+    for (const auto& [name, c] : o["impls"].items()) {
+      calls += c.get<double>();
+      EXPECT_NE(log.find(": " + name + "\n"), std::string::npos) << name << "\n" << log;
+    }
+    EXPECT_DOUBLE_EQ(calls, o["calls_per_step"].get<double>()) << op;
+  }
+  EXPECT_NE(log.find("conv fwd x [4,3,64,64] w [64,3,7,7] y [4,64,32,32] stride 2 pad 3 "),
+            std::string::npos)
+      << log;
+  EXPECT_NE(out.find("| implementations (calls/step) |"), std::string::npos) << out;
   // ResNet-18: 20 convs forward and backward-weights, 19 backward-data (not the stem's).
   EXPECT_DOUBLE_EQ((*op_row(p, "conv fwd"))["calls_per_step"].get<double>(), 20);
   EXPECT_DOUBLE_EQ((*op_row(p, "conv bwd_data"))["calls_per_step"].get<double>(), 19);

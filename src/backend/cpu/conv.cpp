@@ -1,4 +1,7 @@
 // rn50: oneDNN convolution: forward, backward data and backward weights (direct algorithm).
+// The Backend's three conv calls check their shapes here and run through the convolution
+// registry (conv_registry.h), whose last entry is this file's oneDNN convolution
+// (conv2d_*_onednn); the other paths named below are the registry's other entries.
 // Activations stay in their plain layout (nchw/nhwc); the weight layout is chosen by oneDNN
 // (format_tag::any) and our OIHW weights / weight gradients are reordered into / out of it by
 // cached reorders through the backend's weight scratch buffer.
@@ -30,10 +33,7 @@
 // its error).
 #include <algorithm>
 
-#include "backend/cpu/conv_im2col.h"
-#include "backend/cpu/conv_matmul.h"
-#include "backend/cpu/conv_wgrad_gemm.h"
-#include "backend/cpu/conv_winograd.h"
+#include "backend/cpu/conv_registry.h"
 #include "backend/cpu/onednn_backend.h"
 #include "core/check.h"
 #include "rn50/profile.h"
@@ -120,7 +120,13 @@ struct ConvEntry : CacheEntry {
   Exec wre;              ///< weights reorder (undefined when the conv uses OIHW directly)
   size_t w_bytes = 0;    ///< bytes of the conv-layout weights
   ActReorder in[2], out;
+  bool winograd = false;  ///< oneDNN took the Winograd algorithm (else direct)
 };
+
+/// The registry name of what a ConvEntry runs (conv_registry.h).
+const char* entry_name(const ConvEntry& e) {
+  return e.winograd ? "onednn_winograd" : "onednn_direct";
+}
 
 /// Builds `r` converting `from` into `to` through `slot` if they differ.
 void make_act(OnednnBackend& be, ActReorder& r, const memory::desc& from, const memory::desc& to,
@@ -200,15 +206,31 @@ const void* conv_weights(OnednnBackend& be, ConvEntry& e, const Tensor& w, const
 
 void OnednnBackend::conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Tensor& w,
                                Tensor& y) {
+  conv_geo("conv2d_fwd", p, x, w, y);
+  run_conv(*this, ConvCall{ConvDir::fwd, p, x, w, y, y});
+}
+
+void OnednnBackend::conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
+                                    Tensor& dx) {
+  conv_geo("conv2d_bwd_data", p, dx, w, dy);
+  run_conv(*this, ConvCall{ConvDir::bwd_data, p, dx, w, dy, dx});
+}
+
+void OnednnBackend::conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
+                                       Tensor& dw) {
+  conv_geo("conv2d_bwd_weights", p, x, dw, dy);
+  run_conv(*this, ConvCall{ConvDir::bwd_weights, p, x, dw, dy, dw});
+}
+
+const char* OnednnBackend::conv2d_fwd_onednn(const Conv2dParams& p, const Tensor& x,
+                                             const Tensor& w, Tensor& y) {
   const Geo g = conv_geo("conv2d_fwd", p, x, w, y);
-  if (conv1x1_as_matmul(ConvDir::fwd, p, x, w, y)) return conv1x1_fwd_matmul(*this, p, x, w, y);
-  if (conv_as_own_winograd(ConvDir::fwd, p, x, w, y))
-    return conv_fwd_own_winograd(*this, p, x, w, y);
   Key k = key(Tag::conv_fwd).add(x).add(w).add(y).add(p.stride).add(p.pad).add(algo_key());
   auto& e = cached<ConvEntry>(k, [&] {
     return with_algorithm(winograd_candidate(p, g), [&](algorithm alg) {
       auto r = std::make_unique<ConvEntry>();
       const bool wino = alg == algorithm::convolution_winograd;
+      r->winograd = wino;
       memory::desc xmd = plain_md(x), ymd = plain_md(y);
       auto pd = wino ? fwd_pd(engine(), p, g, any_act(x), any_act(y), alg)
                      : fwd_pd(engine(), p, g, xmd, ymd);
@@ -229,21 +251,19 @@ void OnednnBackend::conv2d_fwd(const Conv2dParams& p, const Tensor& x, const Ten
   e.conv.set(DNNL_ARG_DST, act_dst(*this, e.out, y));
   run(e.conv);
   act_out(*this, e.out, y);
+  return entry_name(e);
 }
 
-void OnednnBackend::conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
-                                    Tensor& dx) {
+const char* OnednnBackend::conv2d_bwd_data_onednn(const Conv2dParams& p, const Tensor& dy,
+                                                  const Tensor& w, Tensor& dx) {
   const Geo g = conv_geo("conv2d_bwd_data", p, dx, w, dy);
-  if (conv1x1_as_matmul(ConvDir::bwd_data, p, dx, w, dy))
-    return conv1x1_bwd_data_matmul(*this, p, dy, w, dx);
-  if (conv_as_own_winograd(ConvDir::bwd_data, p, dx, w, dy))
-    return conv_bwd_data_own_winograd(*this, p, dy, w, dx);
   Key k =
       key(Tag::conv_bwd_data).add(dy).add(w).add(dx).add(p.stride).add(p.pad).add(algo_key());
   auto& e = cached<ConvEntry>(k, [&] {
     return with_algorithm(winograd_candidate(p, g), [&](algorithm alg) {
       auto r = std::make_unique<ConvEntry>();
       const bool wino = alg == algorithm::convolution_winograd;
+      r->winograd = wino;
       memory::desc dxmd = plain_md(dx), dymd = plain_md(dy);
       memory::desc cdx = wino ? any_act(dx) : dxmd, cdy = wino ? any_act(dy) : dymd;
       auto hint = fwd_pd(engine(), p, g, cdx, cdy, alg);
@@ -267,40 +287,19 @@ void OnednnBackend::conv2d_bwd_data(const Conv2dParams& p, const Tensor& dy, con
   e.conv.set(DNNL_ARG_DIFF_SRC, act_dst(*this, e.out, dx));
   run(e.conv);
   act_out(*this, e.out, dx);
+  return entry_name(e);
 }
 
-void OnednnBackend::conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
-                                       Tensor& dw) {
+const char* OnednnBackend::conv2d_bwd_weights_onednn(const Conv2dParams& p, const Tensor& x,
+                                                     const Tensor& dy, Tensor& dw) {
   const Geo g = conv_geo("conv2d_bwd_weights", p, x, dw, dy);
-  if (conv1x1_as_matmul(ConvDir::bwd_weights, p, x, dw, dy))
-    return conv1x1_bwd_weights_matmul(*this, p, x, dy, dw);
-  if (x.layout() == Layout::NHWC && dy.layout() == Layout::NHWC &&
-      conv_own_wgrad_allowed(g.dt, ConvShapeInfo{g.C, g.K, g.R, p.stride, g.OH * g.OW})) {
-    const WgradGeo cg{x.n(), x.h(), x.w(), x.c(), dy.c(), p.stride, g.R, g.S, p.pad,
-                      dw.layout() == Layout::NHWC};
-    if (g.dt == DType::f32 && conv_wgrad_f32_fits(cg)) {
-      const int64_t ws = conv_wgrad_f32_workspace(cg);
-      auto* work = ws == 0 ? nullptr
-                           : static_cast<float*>(scratch(kScratchWork, sizeof(float) * ws));
-      return conv_wgrad_f32(cg, x.data_as<float>(), dy.data_as<float>(), dw.data_as<float>(),
-                            work);
-    }
-    if (g.dt == DType::bf16 && conv_wgrad_bf16_fits(cg)) {
-      auto* work = static_cast<float*>(
-          scratch(kScratchWork, sizeof(float) * conv_wgrad_bf16_workspace(cg)));
-      return conv_wgrad_bf16(cg, x.data_as<uint16_t>(), dy.data_as<uint16_t>(),
-                             dw.data_as<uint16_t>(), work);
-    }
-  }
-  if (conv_bwd_weights_as_own_winograd(p, x, dw, dy))
-    return conv_bwd_weights_own_winograd(*this, p, x, dy, dw);
-  if (conv_bwd_weights_as_im2col(p, x, dw, dy)) return conv_bwd_weights_im2col(*this, p, x, dy, dw);
   Key k = key(Tag::conv_bwd_weights).add(x).add(dy).add(dw).add(p.stride).add(p.pad).add(
       algo_key());
   auto& e = cached<ConvEntry>(k, [&] {
     return with_algorithm(winograd_candidate(p, g), [&](algorithm alg) {
       auto r = std::make_unique<ConvEntry>();
       const bool wino = alg == algorithm::convolution_winograd;
+      r->winograd = wino;
       memory::desc xmd = plain_md(x), dymd = plain_md(dy);
       memory::desc cx = wino ? any_act(x) : xmd, cdy = wino ? any_act(dy) : dymd;
       auto hint = fwd_pd(engine(), p, g, cx, cdy, alg);
@@ -329,6 +328,7 @@ void OnednnBackend::conv2d_bwd_weights(const Conv2dParams& p, const Tensor& x, c
     e.wre.set(DNNL_ARG_TO, dw.data());
     run(e.wre);
   }
+  return entry_name(e);
 }
 
 }  // namespace rn50::onednn

@@ -41,13 +41,27 @@ enum class ConvAlgo { automatic, direct, matmul };
 /// The three computations of a convolution.
 enum class ConvDir { fwd, bwd_data, bwd_weights };
 
-/// The active policy: set_conv_algo's, else RN50_CONV_ALGO's. Throws rn50::Error naming the
+/// The active policy: a ScopedConvAlgo's on this thread, else set_conv_algo's, else
+/// RN50_CONV_ALGO's. Throws rn50::Error naming the
 /// variable and the accepted values when RN50_CONV_ALGO holds anything else.
 ConvAlgo conv_algo();
 /// Overrides RN50_CONV_ALGO for this process (tests); std::nullopt hands the choice back to
 /// the variable. Takes effect at the next convolution call of every backend (the primitive
 /// cache keys include the policy).
 void set_conv_algo(std::optional<ConvAlgo> a);
+
+/// Makes conv_algo() answer `a` on this thread for its lifetime (the convolution registry
+/// asks its kernels' shape limits this way when RN50_CONV_IMPL forces one: conv_registry.h).
+class ScopedConvAlgo {
+ public:
+  explicit ScopedConvAlgo(ConvAlgo a);
+  ~ScopedConvAlgo();
+  ScopedConvAlgo(const ScopedConvAlgo&) = delete;
+  ScopedConvAlgo& operator=(const ScopedConvAlgo&) = delete;
+
+ private:
+  int prev_;
+};
 
 /// Whether f32 3x3 stride-1 pad-1 convolutions may use oneDNN's Winograd algorithm
 /// (conv_algo() is not direct).

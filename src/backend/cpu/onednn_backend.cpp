@@ -138,6 +138,7 @@ OnednnBackend::~OnednnBackend() {
 
 void OnednnBackend::clear_cache() {
   cache_.clear();
+  conv_choices_.clear();
   stats_.entries = 0;
 }
 
@@ -210,7 +211,18 @@ namespace {
 std::atomic<int> g_conv_algo_override{-1};
 }  // namespace
 
+namespace {
+/// -1: no ScopedConvAlgo on this thread.
+thread_local int t_conv_algo_scoped = -1;
+}  // namespace
+
+ScopedConvAlgo::ScopedConvAlgo(ConvAlgo a) : prev_(t_conv_algo_scoped) {
+  t_conv_algo_scoped = static_cast<int>(a);
+}
+ScopedConvAlgo::~ScopedConvAlgo() { t_conv_algo_scoped = prev_; }
+
 ConvAlgo conv_algo() {
+  if (t_conv_algo_scoped >= 0) return static_cast<ConvAlgo>(t_conv_algo_scoped);
   const int o = g_conv_algo_override.load(std::memory_order_relaxed);
   if (o >= 0) return static_cast<ConvAlgo>(o);
   static const int from_env = [] {

@@ -89,6 +89,8 @@ enum ScratchSlot : int {
   kScratchSlots
 };
 
+struct ConvImpl;  // conv_registry.h
+
 /// The oneDNN backend. See the file comment; semantics of every op are those of rn50::Backend.
 class OnednnBackend final : public Backend {
  public:
@@ -193,6 +195,19 @@ class OnednnBackend final : public Backend {
   void clear_cache();
 
   // ---- for the op files ----
+  /// oneDNN's own convolution (Winograd for f32 3x3 stride-1 pad-1 where conv_winograd_allowed
+  /// and oneDNN takes the shape, else direct): the last entry of each direction's list in
+  /// conv_registry.h. Return "onednn_winograd" or "onednn_direct", whichever ran.
+  const char* conv2d_fwd_onednn(const Conv2dParams& p, const Tensor& x, const Tensor& w,
+                                Tensor& y);
+  const char* conv2d_bwd_data_onednn(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
+                                     Tensor& dx);
+  const char* conv2d_bwd_weights_onednn(const Conv2dParams& p, const Tensor& x,
+                                        const Tensor& dy, Tensor& dw);
+  /// The convolution implementation chosen for the call shape `key` (conv_registry.cpp's
+  /// cache, apart from the primitive cache and its counters): nullptr until chosen.
+  const ConvImpl*& conv_choice(const Key& key) { return conv_choices_[key]; }
+
   dnnl::engine& engine() { return engine_; }
   dnnl::stream& stream() { return stream_; }
 
@@ -260,6 +275,7 @@ class OnednnBackend final : public Backend {
   CacheStats stats_;
   std::array<Buf, kScratchSlots> scratch_{};
   std::unordered_map<const void*, std::unique_ptr<CacheEntry>> layer_state_;
+  std::unordered_map<Key, const ConvImpl*, KeyHash> conv_choices_;
 };
 
 // ---- helpers shared by the op files (defined in onednn_backend.cpp) ----
@@ -268,7 +284,7 @@ class OnednnBackend final : public Backend {
 enum class Tag : int64_t {
   reorder = 1, conv_fwd, conv_bwd_data, conv_bwd_weights, bn_fwd_train, bn_fwd_infer, bn_bwd,
   relu_fwd, relu_bwd, binary, maxpool_fwd, avgpool_fwd, avgpool_bwd, linear_fwd,
-  linear_bwd_data, linear_bwd_weights, conv_matmul, conv_im2col, conv_winograd
+  linear_bwd_data, linear_bwd_weights, conv_matmul, conv_im2col, conv_winograd, conv_choice
 };
 /// A key starting with `tag`.
 inline Key key(Tag tag) { Key k; k.add(static_cast<int64_t>(tag)); return k; }
