@@ -19,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/conv_rules.h"
 #include "backend/cpu/conv_wgrad_gemm.h"
 #include "backend/cpu/conv_algo.h"
 #include "backend/cpu/onednn_backend.h"
@@ -285,7 +286,7 @@ TEST_F(ConvWgradBf16, TheBackendTakesItWhereItIsFasterAndAgreesWithOnednn) {
   EXPECT_FALSE(taken_14x14) << "oneDNN's kernel is the faster one for 3x3s at 14x14 outputs";
   EXPECT_TRUE(taken_wide && taken_strided)
       << "the pixel split beats oneDNN for 1x1s that widen fourfold or are strided";
-  EXPECT_EQ(taken_narrow, onednn::cpu_wgrad_tuning() == onednn::WgradTuning::zen5)
+  EXPECT_EQ(taken_narrow, onednn::cpu_class() == onednn::kCpuZen5)
       << "the kernel beats oneDNN for 1x1s that narrow the channels on Zen 5 only";
   EXPECT_FALSE(taken_64) << "oneDNN's kernel is faster for the 64 -> 64 1x1 at 56x56";
   EXPECT_TRUE(taken_s2_14) << "the kernel beats oneDNN for strided 3x3s to 14x14";
@@ -299,7 +300,7 @@ TEST_F(ConvWgradBf16, TheBackendTakesItWhereItIsFasterAndAgreesWithOnednn) {
                                  WgradGeo{2, 14, 14, 128, 128, 2, 3, 3, 1},
                                  WgradGeo{2, 12, 12, 64, 32, 2, 1, 3, 1},
                                  WgradGeo{2, 28, 28, 64, 256, 1}};
-  if (onednn::cpu_wgrad_tuning() == onednn::WgradTuning::zen5)
+  if (onednn::cpu_class() == onednn::kCpuZen5)
     taken.push_back(WgradGeo{2, 28, 28, 256, 64, 1});
   expect_backend_agrees_with_onednn(
       DType::bf16, taken,
@@ -431,7 +432,7 @@ TEST_F(ConvWgradF32, TheBackendTakesItWhereItIsFasterAndAgreesWithOnednn) {
   EXPECT_FALSE(kxk) << "the f32 KxK weight gradients stay with oneDNN and Winograd";
   if (!widening)
     GTEST_SKIP() << "the policy leaves f32 weight gradients to oneDNN on this CPU (AMX)";
-  const bool zen5 = onednn::cpu_wgrad_tuning() == onednn::WgradTuning::zen5;
+  const bool zen5 = onednn::cpu_class() == onednn::kCpuZen5;
   for (const bool taken : {keeping, strided, narrow_7x7})
     EXPECT_EQ(taken, zen5) << "the kernel beats oneDNN for 1x1s that keep the channels, strided "
                               "ones and those at 7x7 on Zen 5 only";
@@ -448,15 +449,15 @@ TEST_F(ConvWgradF32, TheBackendTakesItWhereItIsFasterAndAgreesWithOnednn) {
   });
 }
 
-// The shape rules themselves, for both tunings, on ResNet-50's convolutions (any CPU: no
-// kernel runs). What they encode is measured in conv_own_wgrad_faster's definition.
+// The rule table's own_wgrad_gemm rows on ResNet-50's convolutions, for every CPU class (any
+// CPU: no kernel runs). Their measurements are the rows' evidence files (conv_rules.cpp).
 TEST(ConvOwnWgradRule, ZenFourAndZenFiveTakeWhatWasMeasuredFasterThere) {
-  using onednn::WgradTuning;
-  auto faster = [](DType dt, onednn::ConvShapeInfo s, WgradTuning t) {
-    return onednn::conv_own_wgrad_faster(dt, s, t);
+  using onednn::CpuClass;
+  auto faster = [](DType dt, onednn::ConvShapeInfo s, CpuClass c) {
+    return onednn::conv_rule_takes(c, "own_wgrad_gemm", onednn::ConvDir::bwd_weights, dt, s);
   };
-  for (const WgradTuning t : {WgradTuning::zen4, WgradTuning::zen5}) {
-    const bool zen5 = t == WgradTuning::zen5;
+  for (const CpuClass t : {onednn::kCpuAvx512, onednn::kCpuZen5}) {
+    const bool zen5 = t == onednn::kCpuZen5;
     // bf16, both: 7x7 outputs, strided or fourfold-widening 1x1s, strided 3x3s to 14x14.
     EXPECT_TRUE(faster(DType::bf16, {2048, 512, 1, 1, 49}, t));
     EXPECT_TRUE(faster(DType::bf16, {512, 512, 3, 1, 49}, t));
@@ -479,6 +480,11 @@ TEST(ConvOwnWgradRule, ZenFourAndZenFiveTakeWhatWasMeasuredFasterThere) {
     EXPECT_FALSE(faster(DType::f32, {256, 64, 1, 1, 3136}, t));
     EXPECT_FALSE(faster(DType::f32, {512, 512, 3, 1, 49}, t));
     EXPECT_FALSE(faster(DType::f16, {64, 256, 1, 1, 3136}, t));
+  }
+  // AMX CPUs take oneDNN's AMX matmuls instead; AVX2 CPUs have no kernel (and no rule).
+  for (const CpuClass t : {onednn::kCpuAmx, onednn::kCpuAvx2}) {
+    EXPECT_FALSE(faster(DType::bf16, {2048, 512, 1, 1, 49}, t)) << onednn::cpu_class_name(t);
+    EXPECT_FALSE(faster(DType::f32, {64, 256, 1, 1, 3136}, t)) << onednn::cpu_class_name(t);
   }
 }
 

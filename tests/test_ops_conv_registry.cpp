@@ -9,9 +9,16 @@
 //    it, so a test cannot pass on another path) and matches the float64 reference backend;
 //    where the CPU lacks it, the first convolution is refused with the reason (the test says
 //    which were skipped); an unknown name is refused listing the names;
-//  * the profile's conv rows, table and JSON name the implementation that ran.
+//  * the profile's conv rows, table and JSON name the implementation that ran;
+//  * the rule table (conv_rules.h): every row names a registry implementation in the lists of
+//    its directions and an evidence file that exists; what it takes on ResNet-50's shapes for
+//    every CPU class (no kernel runs); this process's class agrees with the (capped) ISA, and
+//    under policy `auto` the registry's choice on this host is what the table says.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <random>
@@ -20,11 +27,13 @@
 
 #include "backend/cpu/conv_algo.h"
 #include "backend/cpu/conv_registry.h"
+#include "backend/cpu/conv_rules.h"
 #include "backend/cpu/onednn_backend.h"
 #include "op_backend_fixture.h"
 #include "rn50/backend.h"
 #include "rn50/error.h"
 #include "rn50/profile.h"
+#include "core/cpu_info.h"
 
 namespace rn50::test {
 namespace {
@@ -265,6 +274,93 @@ TEST(ConvRegistry, ProfileRowsTableAndJsonNameTheImplementation) {
       EXPECT_FALSE(o.contains("impls")) << o.dump();
     }
   EXPECT_TRUE(found);
+}
+
+// ---- the rule table ----
+
+TEST(ConvRules, EveryRowNamesARegisteredImplementationAndItsEvidence) {
+  ASSERT_FALSE(onednn::conv_rules().empty());
+  for (const onednn::ConvRule& r : onednn::conv_rules()) {
+    SCOPED_TRACE(std::string(r.impl) + ": " + r.shape_text);
+    EXPECT_NE(std::string(r.impl), "onednn") << "oneDNN's entry is the fallback, not a rule";
+    EXPECT_TRUE(r.dt == DType::f32 || r.dt == DType::bf16);
+    EXPECT_NE(r.cpus, 0);
+    EXPECT_NE(r.dirs, 0);
+    for (int bit = 0; bit < 3; ++bit) {
+      if (!(r.dirs & (1 << bit))) continue;
+      const std::vector<std::string> names = names_of(kDirs[bit]);
+      EXPECT_NE(std::find(names.begin(), names.end(), r.impl), names.end())
+          << "not in the " << onednn::conv_dir_name(kDirs[bit]) << " list";
+    }
+    const std::string ev = r.evidence;
+    EXPECT_EQ(ev.rfind("bench/results/cpu/", 0), 0u) << ev;
+    const std::filesystem::path file = std::filesystem::path(RN50_SOURCE_DIR) / ev;
+    std::ifstream in(file);
+    ASSERT_TRUE(in.good()) << "evidence file missing: " << file;
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_NE(text.find("Command"), std::string::npos) << file << " names no command";
+  }
+}
+
+/// What each CPU class's rules take, on ResNet-50's convolutions at 224 px (no kernel runs).
+TEST(ConvRules, EachCpuClassTakesWhatWasMeasuredThere) {
+  using onednn::ConvShapeInfo;
+  auto takes = [](onednn::CpuClass c, const char* impl, ConvDir d, DType dt, ConvShapeInfo s) {
+    return onednn::conv_rule_takes(c, impl, d, dt, s);
+  };
+  const ConvShapeInfo c3_56{64, 64, 3, 1, 56 * 56}, c3_7{512, 512, 3, 1, 49},
+      c3s2_14{256, 256, 3, 2, 196}, c3s2_28{128, 128, 3, 2, 784}, c1{256, 64, 1, 1, 3136},
+      stem{3, 64, 7, 2, 112 * 112};
+  for (const onednn::CpuClass c :
+       {onednn::kCpuAvx2, onednn::kCpuAvx512, onednn::kCpuZen5, onednn::kCpuAmx}) {
+    SCOPED_TRACE(onednn::cpu_class_name(c));
+    const bool avx2 = c == onednn::kCpuAvx2, amx = c == onednn::kCpuAmx;
+    // f32: without AVX-512 our Winograd F(4x4) in every direction and im2col for every KxK
+    // weight gradient; with it im2col for the stride-2 3x3s only (Winograd is oneDNN's).
+    for (ConvDir d : kDirs)
+      EXPECT_EQ(takes(c, "own_winograd_f43", d, DType::f32, c3_56), avx2);
+    EXPECT_EQ(takes(c, "im2col_matmul", ConvDir::bwd_weights, DType::f32, stem), avx2);
+    EXPECT_EQ(takes(c, "im2col_matmul", ConvDir::bwd_weights, DType::f32, c3_56), avx2);
+    EXPECT_TRUE(takes(c, "im2col_matmul", ConvDir::bwd_weights, DType::f32, c3s2_28));
+    EXPECT_FALSE(takes(c, "im2col_matmul", ConvDir::fwd, DType::f32, c3s2_28));
+    // bf16 on AMX: 1x1 backward as matmuls, KxK weight gradients to 14x14 as im2col.
+    EXPECT_EQ(takes(c, "onednn_matmul_1x1", ConvDir::bwd_data, DType::bf16, c1), amx);
+    EXPECT_EQ(takes(c, "onednn_matmul_1x1", ConvDir::bwd_weights, DType::bf16, c1), amx);
+    EXPECT_FALSE(takes(c, "onednn_matmul_1x1", ConvDir::fwd, DType::bf16, c1));
+    EXPECT_FALSE(takes(c, "onednn_matmul_1x1", ConvDir::bwd_data, DType::f32, c1));
+    EXPECT_EQ(takes(c, "im2col_matmul", ConvDir::bwd_weights, DType::bf16, c3s2_14), amx);
+    EXPECT_FALSE(takes(c, "im2col_matmul", ConvDir::bwd_weights, DType::bf16, c3s2_28));
+    // bf16 with AVX-512 BF16 and no AMX: our Winograd F(2x2) from 14x14 up, not at 7x7.
+    const bool bf16_own = !avx2 && !amx;
+    for (ConvDir d : kDirs) {
+      EXPECT_EQ(takes(c, "own_winograd_f23_bf16", d, DType::bf16, c3_56), bf16_own);
+      EXPECT_FALSE(takes(c, "own_winograd_f23_bf16", d, DType::bf16, c3_7));
+    }
+    EXPECT_EQ(takes(c, "own_wgrad_gemm", ConvDir::bwd_weights, DType::bf16, c3_7), bf16_own);
+    EXPECT_FALSE(takes(c, "own_wgrad_gemm", ConvDir::fwd, DType::bf16, c3_7));
+  }
+}
+
+TEST(ConvRules, ThisProcessClassFollowsTheCappedIsaAndTheChoiceFollowsTheTable) {
+  const CpuInfo& ci = cpu_info();
+  const onednn::CpuClass c = onednn::cpu_class();
+  std::printf("cpu class: %s (ISA %s)\n", onednn::cpu_class_name(c), isa_level_name(ci.level));
+  if (ci.level < IsaLevel::avx512_core) {
+    EXPECT_EQ(c, onednn::kCpuAvx2);
+  } else if (ci.level < IsaLevel::avx512_core_amx) {
+    EXPECT_TRUE(c == onednn::kCpuAvx512 || c == onednn::kCpuZen5);
+  } else {
+    EXPECT_EQ(c, onednn::kCpuAmx);
+  }
+  // Under `auto` a stride-2 3x3's f32 weight gradient goes to im2col on every class (the
+  // table), and a stride-1 3x3's f32 forward to our Winograd exactly where the table says.
+  RegistryScope s(ConvAlgo::automatic, "");
+  const Call c3 = conv(8, 64, 28, 64, 3, 1, 1);
+  const Call c3s2 = conv(2, 64, 28, 128, 3, 2, 1);
+  EXPECT_EQ(chosen(c3s2, ConvDir::bwd_weights), "im2col_matmul");
+  const bool f43 = onednn::conv_rule_takes(c, "own_winograd_f43", ConvDir::fwd, DType::f32,
+                                           {64, 64, 3, 1, 28 * 28});
+  EXPECT_EQ(chosen(c3, ConvDir::fwd), f43 ? "own_winograd_f43" : "onednn");
 }
 
 }  // namespace

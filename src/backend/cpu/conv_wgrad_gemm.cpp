@@ -4,7 +4,7 @@
 // jit_bf16_1x1 / jit_bf16 avx512_core_bf16 kernels, which are weakest where the outputs are
 // smallest: at ResNet-50's 7x7 layers, batch 32, 255-315 GFLOP/s for the 1x1s on a 2-core AMD
 // EPYC whose bf16 peak (`rn50 bench peak`) is 474; this GEMM reaches 360-390 there (bench_micro's
-// BM_Conv1x1BwdWeightsBf16 and BM_ConvBwdWeightsBf16Own; conv_own_wgrad_faster holds the
+// BM_Conv1x1BwdWeightsBf16 and BM_ConvBwdWeightsBf16Own; conv_rules.cpp links the
 // figures). oneDNN's matmul with a transposed dY was no faster in the step. The weight gradient
 // is a GEMM whose reduction runs over the pixels, the slow dimension of both NHWC operands, so
 // vdpbf16ps (which sums products of element PAIRS along the reduction) needs two consecutive
@@ -24,7 +24,7 @@
 // jit:avx512_core f32 kernels for the 1x1 weight gradients reach 120-330 GFLOP/s inside a
 // ResNet-50 step on a 2-core Zen 5 EPYC whose f32 peak is 415-449, and this GEMM is ahead of
 // them for the 1x1s that keep or widen the channels; on a Zen 4 EPYC (AVX-512 on 256-bit
-// units, f32 peak 236) only for 64->256 at 56x56 (conv_own_wgrad_faster holds the
+// units, f32 peak 236) only for 64->256 at 56x56 (conv_rules.cpp links the
 // comparisons, per CPU generation). Its 6 x 64 tile alone runs at 207 GFLOP/s on one core
 // from L1 (92% of the core's peak); at 56x56 the packing of operands streamed from memory
 // holds it to 50-60%.
