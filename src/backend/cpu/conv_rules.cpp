@@ -4,6 +4,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "backend/cpu/onednn_backend.h"
 #include "core/cpu_info.h"
 
 namespace rn50::onednn {
@@ -86,11 +87,6 @@ uint8_t dir_bit(ConvDir d) {
     case ConvDir::bwd_weights: return kDirBwdWeights;
   }
   return 0;
-}
-
-bool onednn_isa_at_least(dnnl::cpu_isa isa) {
-  const auto want = static_cast<unsigned>(isa);
-  return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & want) == want;
 }
 
 }  // namespace

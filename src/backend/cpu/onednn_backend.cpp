@@ -250,15 +250,15 @@ void set_conv_algo(std::optional<ConvAlgo> a) {
 
 bool conv_winograd_allowed() { return conv_algo() != ConvAlgo::direct; }
 
-namespace {
-/// Whether oneDNN's effective ISA on this CPU includes `isa` (cached per ISA by the callers).
-bool isa_at_least(dnnl::cpu_isa isa) {
+bool onednn_isa_at_least(dnnl::cpu_isa isa) {
   const auto want = static_cast<unsigned>(isa);
   return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & want) == want;
 }
+
+namespace {
 /// Whether oneDNN dispatches to AVX-512 kernels (avx512_core or above) on this CPU.
 bool cpu_has_avx512() {
-  static const bool avx512 = isa_at_least(dnnl::cpu_isa::avx512_core);
+  static const bool avx512 = onednn_isa_at_least(dnnl::cpu_isa::avx512_core);
   return avx512;
 }
 }  // namespace
@@ -328,7 +328,7 @@ std::atomic<int> g_int8_float_bf16_override{-1};  // -1: the CPU decides
 bool infer_int8_float_ops_bf16() {
   // Measured in bench/results/cpu/2026-11-29-zen4-epyc/infer_int8_float_ops_bf16.md. Without
   // native bf16 oneDNN emulates it, slower than f32.
-  static const bool bf16 = isa_at_least(dnnl::cpu_isa::avx512_core_bf16);
+  static const bool bf16 = onednn_isa_at_least(dnnl::cpu_isa::avx512_core_bf16);
   const int o = g_int8_float_bf16_override.load(std::memory_order_relaxed);
   return o < 0 ? bf16 : o == 1;
 }

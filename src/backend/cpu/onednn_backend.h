@@ -311,5 +311,8 @@ void check_shape(const char* op, const char* what, const Tensor& t,
 /// Throws rn50::Error naming `op` unless `a` and `b` have the same logical shape.
 void check_same_shape(const char* op, const Tensor& a, const char* an, const Tensor& b,
                       const char* bn);
+/// Whether oneDNN's effective ISA on this CPU (capped by ONEDNN_MAX_CPU_ISA) includes `isa`.
+/// Not cached: callers cache it, since oneDNN fixes the ISA at its first dispatch.
+bool onednn_isa_at_least(dnnl::cpu_isa isa);
 
 }  // namespace rn50::onednn
