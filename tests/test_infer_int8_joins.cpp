@@ -115,7 +115,7 @@ EngineRun run_engine(const InferenceProgram& p, ResidualJoin policy, const Tenso
   EngineRun r;
   const int64_t n = x.n();
   onednn::set_residual_join(policy);
-  auto eng = make_cpu_engine(p, "int8", [&](const ObservedValue& o) {
+  auto eng = make_cpu_engine(p, EnginePrecision::int8, [&](const ObservedValue& o) {
     if (o.value >= static_cast<int>(wanted.size()) || !wanted[o.value]) return;
     Captured c;
     c.type = o.type;

@@ -143,7 +143,7 @@ Tensor fake_quant_reference(InferenceProgram p, Tensor x) {
   const std::vector<float> absmax = p.value_absmax;
   const bool qat_grid = p.qat_ranges;
   p.value_absmax.clear();
-  auto eng = make_cpu_engine(std::move(p), "fp32", [&](const ObservedValue& o) {
+  auto eng = make_cpu_engine(std::move(p), EnginePrecision::fp32, [&](const ObservedValue& o) {
     const auto i = static_cast<size_t>(o.value);
     const int64_t n = o.count;
     if (!q[i]) return;
@@ -583,7 +583,7 @@ TEST(InferQat, Int8EngineAgreesWithTheFakeQuantGraphOnATrainedModel) {
   int64_t same2 = 0, same_folded = 0;
   InferenceProgram prog = fold_network(model.desc(), sd);
   apply_qat_ranges(prog, model.desc(), sd, wenv);
-  auto engine = make_cpu_engine(prog, "int8");
+  auto engine = make_cpu_engine(prog, EnginePrecision::int8);
 
   const ImageFolderIndex index =
       ImageFolderIndex::scan((std::filesystem::path(ienv) / "val").string());

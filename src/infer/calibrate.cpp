@@ -86,7 +86,7 @@ Calibrator::Calibrator(const InferenceProgram& program, const CalibrationConfig&
   for (const InferOp& op : program.ops)
     impl_->value_names.at(static_cast<size_t>(op.output)) = "'" + op.name + "'";
   Impl* impl = impl_.get();
-  impl_->engine = make_cpu_engine(std::move(p), "fp32", [impl](const ObservedValue& o) {
+  auto observe = [impl](const ObservedValue& o) {
     const auto i = static_cast<size_t>(o.value);
     const float* x = o.f32();
     const int64_t n = o.count;
@@ -103,7 +103,8 @@ Calibrator::Calibrator(const InferenceProgram& program, const CalibrationConfig&
       for (int64_t k = 0; k < n; ++k) m = std::max(m, std::fabs(x[k]));
       impl->absmax[i] = std::max(impl->absmax[i], double(m));
     }
-  });
+  };
+  impl_->engine = make_cpu_engine(std::move(p), EnginePrecision::fp32, std::move(observe));
 }
 
 Calibrator::~Calibrator() = default;

@@ -21,38 +21,52 @@ void InferenceEngine::run_device_resident() {
             precision());
 }
 
+const char* engine_precision_name(EnginePrecision p) {
+  switch (p) {
+    case EnginePrecision::fp32: return "fp32";
+    case EnginePrecision::tf32: return "tf32";
+    case EnginePrecision::fp16: return "fp16";
+    case EnginePrecision::bf16: return "bf16";
+    case EnginePrecision::int8: return "int8";
+  }
+  return "?";
+}
+
+EnginePrecision parse_engine_precision(const std::string& name) {
+  if (name.empty()) return EnginePrecision::fp32;
+  for (EnginePrecision p : {EnginePrecision::fp32, EnginePrecision::tf32, EnginePrecision::fp16,
+                            EnginePrecision::bf16, EnginePrecision::int8})
+    if (name == engine_precision_name(p)) return p;
+  RN50_FAIL("inference: --precision {}: not a precision; use fp32, bf16 or int8 (CPU), or "
+            "fp32, tf32, fp16 or bf16 (GPU)",
+            name);
+}
+
 std::unique_ptr<InferenceEngine> make_inference_engine(InferenceProgram program,
                                                        const EngineOptions& opt) {
   RN50_CHECK(!program.ops.empty(), "inference: the program is empty");
-  const std::string p = opt.precision.empty() ? std::string("fp32") : opt.precision;
+  const EnginePrecision p = parse_engine_precision(opt.precision);
+  using P = EnginePrecision;
   if (opt.device == "ref") {  // the reference backend: the GPU engine's logic, slowly (tests)
-    RN50_CHECK(p == "fp32" || p == "fp16" || p == "bf16",
+    RN50_CHECK(p == P::fp32 || p == P::fp16 || p == P::bf16,
                "inference: --precision {}: the engine on the reference backend computes in "
                "fp32, fp16 or bf16",
-               p);
+               engine_precision_name(p));
     return make_device_engine(std::move(program), engine_backend(make_backend("ref"), opt), p);
   }
   const DeviceChoice dev = resolve_device(opt.device);  // throws naming --device
   if (dev.backend == "cuda") {
-    RN50_CHECK(p != "int8",
+    RN50_CHECK(p != P::int8,
                "inference: --precision int8 runs on the CPU engine only (INT8 convolutions on "
                "the GPU need TensorRT or cuDNN's graph API, not built); use --device cpu, or "
                "--precision fp16 on the GPU");
-    RN50_CHECK(p == "fp32" || p == "tf32" || p == "fp16" || p == "bf16",
-               "inference: --precision {}: the GPU engine computes in fp32, tf32, fp16 or bf16",
-               p);
     BackendOptions bo;
     bo.device_index = dev.index;
-    bo.allow_tf32 = p == "tf32";  // fp32 means IEEE f32 math, as TensorRT's default
+    bo.allow_tf32 = p == P::tf32;  // fp32 means IEEE f32 math, as TensorRT's default
     return make_device_engine(std::move(program), engine_backend(make_backend("cuda", bo), opt),
                               p);
   }
-  RN50_CHECK(p == "fp32" || p == "bf16" || p == "int8",
-             "inference: --precision {}: the CPU engine computes in fp32, bf16 or int8 (fp16 "
-             "and tf32 are the GPU engine's)",
-             p);
-  return make_cpu_engine(std::move(program), p, {}, opt.batch_invariant,
-                         opt.cpu_activations);
+  return make_cpu_engine(std::move(program), p, {}, opt.batch_invariant, opt.cpu_activations);
 }
 
 }  // namespace rn50

@@ -20,20 +20,24 @@
 //                   as f32 -> s8 -> u8, so codes stop at 127 as in fake_quant.h
 // Activation buffers are assigned by liveness (a buffer is reused once the last op reading its
 // value has run), so ResNet-50 needs a handful of buffers, not one per layer.
-// Winograd: an f32 3x3 stride-1 conv without a residual sum runs oneDNN's Winograd F(4x4, 3x3)
-// (src/backend/cpu/conv_algo.h; RN50_CONV_ALGO=direct turns it off) in the primitive's blocked
-// layout: in the blocked engine on AVX-512 CPUs that is nChw16c, the buffers' own; otherwise
-// between two reorder steps ("reorder activations (winograd)") through two buffers all such
-// convs share. Not while calibrating int8 (the observer reads NHWC destinations), nor
-// for a batch-invariant engine (EngineOptions::batch_invariant: rn50 serve). Where oneDNN has no
-// Winograd (CPUs without AVX-512), the blocked engine runs such convs (a residual sum allowed)
-// as our own Winograd F(4x4, 3x3), its products in our own panel GEMM, straight on the nChw8c
-// buffers (src/backend/cpu/winograd_f43.h) where it has enough tiles to win, under the same
-// conditions; such convs have a profile row of their own.
-// bf16 engines on CPUs with AVX-512 BF16 and no AMX (oneDNN 2.6 has no bf16 Winograd) run 3x3
-// stride-1 convs with outputs of 14x14 or more as our own Winograd F(2x2, 3x3) on the NHWC
-// buffers (src/backend/cpu/winograd_f23_bf16.h; conv_own_winograd_bf16_allowed), bias,
-// residual sum and ReLU fused into its output transform, under the same conditions.
+// Convolutions: each runs the first implementation of the engine's list that builds
+// (src/backend/cpu/conv_infer_registry.h, which holds every condition, the rule table's and
+// RN50_CONV_IMPL's; its name is in --profile rows and RN50_CONV_LOG):
+//   onednn_winograd        oneDNN's Winograd F(4x4, 3x3), f32 3x3 stride-1 convs without a
+//                          shortcut, in the primitive's blocked layout: on AVX-512 CPUs the
+//                          blocked engine's own nChw16c; otherwise between two reorder steps
+//                          ("reorder activations (winograd)") through two buffers all such
+//                          convs share;
+//   own_winograd_f43       where oneDNN has no Winograd (CPUs without AVX-512), ours on the
+//                          blocked engine's nChw8c buffers (src/backend/cpu/winograd_f43.h),
+//                          shortcut allowed, its products in our own panel GEMM;
+//   own_winograd_f23_bf16  bf16 engines on CPUs with AVX-512 BF16 and no AMX (oneDNN 2.6 has
+//                          no bf16 Winograd): ours on the NHWC buffers (winograd_f23_bf16.h);
+//   onednn_direct          everything else, with the epilogue above.
+// Our Winograds transform the weights once, shared by every batch size's plan, with bias,
+// shortcut and ReLU fused into the output transform; they have a profile row of their own.
+// No Winograd while calibrating int8 (the observer reads NHWC destinations) nor for a
+// batch-invariant engine (EngineOptions::batch_invariant: rn50 serve).
 // Activation layout (CpuActivationLayout, rn50/inference.h): NHWC, or for f32 by default the
 // blocked nChw16c (AVX-512) or nChw8c (without), the input image then NCHW (the stem's kernel
 // reads it) and every value whose channel count is a multiple of the block blocked; the
@@ -57,12 +61,14 @@
 #include <unordered_map>
 
 #include "backend/cpu/conv_algo.h"
+#include "backend/cpu/conv_infer_registry.h"
 #include "backend/cpu/winograd_f23_bf16.h"
 #include "backend/cpu/winograd_f43.h"
 #include "core/aligned.h"
 #include "core/check.h"
 #include "core/fake_quant.h"
 #include "infer/conv_epilogue.h"
+#include "infer/engine_cpu_lower.h"
 #include "infer/engine_impl.h"
 #include "infer/quantize.h"
 #include "rn50/profile.h"
@@ -105,14 +111,14 @@ struct Step {
   std::unordered_map<int, memory> args;
   int value = 0;  ///< the value the step writes (for the calibration observer)
   const ProfileOp* op = &kConvertOp;  ///< what it is in a profile
+  /// A convolution's implementation (conv_infer_registry.h's name), named in profile rows.
+  const char* impl = nullptr;
   double flops = 0;                   ///< 2 x its multiply-adds (conv, fc)
   Traffic traffic;                    ///< set when the plan is built (traffic_of)
 };
 
-/// Whether a value of type `d` holds 8-bit codes (u8 or s8) rather than floats.
-bool is_int8(memory::data_type d) {
-  return d == memory::data_type::u8 || d == memory::data_type::s8;
-}
+using cpu_engine::is_int8;
+using cpu_engine::Node;
 
 /// A step's traffic, computed once per plan so that the profiled loop adds no host time
 /// between its ops.
@@ -149,24 +155,31 @@ struct Plan {
 
 class CpuEngine final : public InferenceEngine {
  public:
-  CpuEngine(InferenceProgram p, const std::string& precision, ValueObserver observer,
+  CpuEngine(InferenceProgram p, EnginePrecision precision, ValueObserver observer,
             bool batch_invariant, CpuActivationLayout layout)
       : prog_(std::move(p)),
-        precision_(precision),
-        act_(precision == "bf16" ? dt::bf16 : dt::f32),
+        prec_(precision),
+        precision_(engine_precision_name(precision)),
+        act_(precision == EnginePrecision::bf16 ? dt::bf16 : dt::f32),
         observer_(std::move(observer)),
         batch_invariant_(batch_invariant),
-        blocked_(precision == "fp32" && !observer_ &&
+        blocked_(precision == EnginePrecision::fp32 && !observer_ &&
                  (layout == CpuActivationLayout::blocked ||
                   (layout == CpuActivationLayout::automatic &&
                    onednn::infer_blocked_activations_preferred()))),
         eng_(dnnl::engine::kind::cpu, 0),
         strm_(eng_) {
-    RN50_CHECK(precision_ != "int8" || prog_.value_absmax.size() == prog_.producer.size(),
+    RN50_CHECK(prec_ == EnginePrecision::fp32 || prec_ == EnginePrecision::bf16 ||
+                   prec_ == EnginePrecision::int8,
+               "inference: --precision {}: the CPU engine computes in fp32, bf16 or int8 (fp16 "
+               "and tf32 are the GPU engine's)",
+               precision_);
+    RN50_CHECK(prec_ != EnginePrecision::int8 ||
+                   prog_.value_absmax.size() == prog_.producer.size(),
                "inference: --precision int8 needs a calibrated model (activation ranges); export "
                "it with rn50 export --precision int8 --image-root DIR --calib-images N (or from "
                "weights trained with --qat, which hold their ranges)");
-    RN50_CHECK(!observer_ || precision_ == "fp32" || precision_ == "int8",
+    RN50_CHECK(!observer_ || prec_ == EnginePrecision::fp32 || prec_ == EnginePrecision::int8,
                "inference: the observer needs fp32 or int8");
   }
 
@@ -194,6 +207,7 @@ class CpuEngine final : public InferenceEngine {
     for (Step& s : plan.steps) {
       if (profiled) {
         OpProfiler::Scope timed(*s.op, s.flops, s.traffic.bytes, s.traffic.precision);
+        if (s.impl) OpProfiler::note_impl(s.impl);
         s.custom ? s.custom() : s.prim.execute(strm_, s.args);
         strm_.wait();
       } else {
@@ -246,159 +260,17 @@ class CpuEngine final : public InferenceEngine {
     return *plans_.emplace(key, std::move(plan)).first->second;
   }
 
-  /// One primitive to create: a program op, or a conversion between a value's stored data
-  /// type and the one an op reads (int8: quantize before the first INT8 conv, dequantize before
-  /// the average pool).
-  struct Node {
-    int op = -1;  ///< index into prog_.ops; -1 = a conversion (reorder) of `in` into `out`
-    int in = 0, res = -1, out = 0;
-  };
-
   std::unique_ptr<Plan> build(int64_t n, int64_t h, int64_t w) {
     const auto& ops = prog_.ops;
-    const bool int8 = precision_ == "int8";
+    const bool int8 = prec_ == EnginePrecision::int8;
     const bool qat = int8 && prog_.qat_ranges;  // QAT's grid (rn50/inference.h)
-    // Values: the program's, then conversion copies appended by the lowering below.
-    std::vector<std::array<int64_t, 3>> shape(prog_.producer.size(), {0, 0, 0});
-    std::vector<dt> vdt(shape.size(), act_);
-    std::vector<float> scale(shape.size(), 1.f);  // int8 values: real = q * scale
-    std::vector<bool> nonneg(shape.size(), false);
-    // The data type of the ops an INT8 engine keeps in floating point (the stem conv, its max
-    // pool, the fc): bf16 where the CPU computes it natively and the ranges were calibrated
-    // (onednn::infer_int8_float_ops_bf16), else f32.
-    const dt flt =
-        !int8 ? act_ : !qat && onednn::infer_int8_float_ops_bf16() ? dt::bf16 : dt::f32;
-    shape[0] = {3, h, w};
-    vdt[0] = flt;
-    auto add_value = [&](int like, dt d, float sc) {
-      shape.push_back(shape[static_cast<size_t>(like)]);
-      vdt.push_back(d);
-      scale.push_back(sc);
-      nonneg.push_back(nonneg[static_cast<size_t>(like)]);
-      return static_cast<int>(shape.size()) - 1;
-    };
-    // The range of a value the engine stores in 8 bits. QAT ranges exist only where training
-    // had a quantizer: a value without one cannot be put on the trained grid.
-    auto absmax_of = [&](size_t v, const std::string& op) {
-      const float a = prog_.value_absmax.at(v);
-      RN50_CHECK(!qat || (a > 0 && std::isfinite(a)),
-                 "inference: the QAT ranges have none for the output of '{}' (value {}), which "
-                 "the INT8 engine stores in 8 bits",
-                 op, v);
-      return a;
-    };
-    std::vector<std::string> writer(shape.size(), "the input");
-    for (const InferOp& op : prog_.ops) writer.at(static_cast<size_t>(op.output)) = op.name;
-    std::vector<Node> nodes;
-    std::map<std::pair<int, int>, int> copies;  // (value, data type) -> its converted copy
-    auto as = [&](int v, dt want) {
-      const dt have = vdt[static_cast<size_t>(v)];
-      if (want == dt::s8 && is_int8(have)) return v;  // any int8 value feeds an INT8 conv
-      if (want == have) return v;
-      auto key = std::make_pair(v, static_cast<int>(want));
-      auto it = copies.find(key);
-      if (it != copies.end()) return it->second;
-      dt d = want;
-      float sc = scale[static_cast<size_t>(v)];
-      if (want == dt::s8) {  // quantize: u8 when the value cannot be negative
-        d = nonneg[static_cast<size_t>(v)] ? dt::u8 : dt::s8;
-        sc = quant::activation_scale(
-            absmax_of(static_cast<size_t>(v), writer.at(static_cast<size_t>(v))), d == dt::u8, qat);
-      }
-      int c;
-      if (qat && d == dt::u8) {
-        // QAT's grid stops at code 127: quantize into s8 (saturating at 127; the value is not
-        // negative), then widen the codes to u8 for the convs.
-        const int s8 = add_value(v, dt::s8, sc);
-        nodes.push_back({-1, v, -1, s8});
-        c = add_value(v, dt::u8, sc);
-        nodes.push_back({-1, s8, -1, c});
-      } else {
-        c = add_value(v, d, d == dt::f32 || d == dt::bf16 ? 1.f : sc);
-        nodes.push_back({-1, v, -1, c});
-      }
-      copies.emplace(key, c);
-      return c;
-    };
-    auto out_size = [&](int64_t s, int k, int st, int pad) { return (s + 2 * pad - k) / st + 1; };
-    for (size_t i = 0; i < ops.size(); ++i) {
-      const InferOp& op = ops[i];
-      const auto in_shape = shape[static_cast<size_t>(op.input)];
-      std::array<int64_t, 3> o{};
-      Node nd{static_cast<int>(i), op.input, -1, op.output};
-      const auto out = static_cast<size_t>(op.output);
-      bool stem_f32 = false;  // QAT's stem in f32 (below)
-      switch (op.kind) {
-        case InferOp::Kind::conv: {
-          o = {op.conv.out_channels,
-               out_size(in_shape[1], op.conv.kernel, op.conv.stride, op.conv.pad),
-               out_size(in_shape[2], op.conv.kernel, op.conv.stride, op.conv.pad)};
-          nonneg[out] = op.relu;
-          // The stem conv reads the f32 image: INT8 only with QAT ranges (training quantized
-          // the image with a learnt range; calibration keeps the stem in f32). Where oneDNN
-          // would halve an s8-source conv's weights (quant::int8_sums_saturate), QAT's stem
-          // runs in f32 on the image's and the weights' grid, then quantizes its output.
-          stem_f32 = int8 && qat && op.input == 0 && op.relu && quant::int8_sums_saturate();
-          if (stem_f32) {
-            nd.in = as(as(op.input, dt::s8), dt::f32);
-            vdt[out] = dt::u8;
-            scale[out] = quant::activation_scale(absmax_of(out, op.name), true, true);
-          } else if (int8 && (op.input != 0 || qat)) {
-            nd.in = as(op.input, dt::s8);
-            if (op.residual >= 0) nd.res = as(op.residual, dt::s8);
-            vdt[out] = op.relu ? dt::u8 : dt::s8;
-            scale[out] = quant::activation_scale(absmax_of(out, op.name), op.relu, qat);
-          } else {
-            nd.res = op.residual;
-            vdt[out] = flt;
-          }
-          break;
-        }
-        case InferOp::Kind::maxpool:
-          o = {in_shape[0], out_size(in_shape[1], op.pool.kernel, op.pool.stride, op.pool.pad),
-               out_size(in_shape[2], op.pool.kernel, op.pool.stride, op.pool.pad)};
-          // Max commutes with a positive scale: pool the stored values, keep their scale.
-          vdt[out] = vdt[static_cast<size_t>(op.input)];
-          scale[out] = scale[static_cast<size_t>(op.input)];
-          nonneg[out] = nonneg[static_cast<size_t>(op.input)];
-          break;
-        case InferOp::Kind::global_avgpool:
-          o = {in_shape[0], 1, 1};
-          if (int8) nd.in = as(op.input, dt::f32);
-          vdt[out] = int8 ? dt::f32 : act_;
-          nonneg[out] = nonneg[static_cast<size_t>(op.input)];
-          break;
-        case InferOp::Kind::fc:
-          o = {prog_.num_classes, 1, 1};
-          // QAT: the fc's input on its trained grid (quantized, then dequantized for the f32 fc,
-          // whose weights are fake-quantized per output channel below), as in training.
-          if (qat) nd.in = as(as(op.input, dt::s8), dt::f32);
-          // bf16 float ops: the pooled f32 features rounded once for a bf16 fc.
-          if (int8 && flt == dt::bf16) nd.in = as(op.input, dt::bf16);
-          vdt[out] = dt::f32;  // the logits
-          break;
-      }
-      RN50_CHECK(o[1] >= 1 && o[2] >= 1,
-                 "inference: a {}x{} input is too small for {} (at '{}'); use a larger crop", h, w,
-                 prog_.arch, op.name);
-      shape[out] = o;
-      if (stem_f32) {  // conv -> f32, quantized into s8 (codes stop at 127) -> u8
-        nd.out = add_value(op.output, dt::f32, 1.f);
-        nodes.push_back(nd);
-        const int s8 = add_value(op.output, dt::s8, scale[out]);
-        nodes.push_back({-1, nd.out, -1, s8});
-        nodes.push_back({-1, s8, -1, op.output});
-      } else {
-        nodes.push_back(nd);
-      }
-    }
-    // The last node reading each value.
-    std::vector<int> last_read(shape.size(), -1);
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      last_read[static_cast<size_t>(nodes[i].in)] = static_cast<int>(i);
-      if (nodes[i].res >= 0) last_read[static_cast<size_t>(nodes[i].res)] = static_cast<int>(i);
-    }
-
+    // The lowering passes (engine_cpu_lower.h): each value's data type and scale with the
+    // conversions between them, then the buffers by liveness.
+    const cpu_engine::LoweredValues lv = cpu_engine::lower_values(prog_, prec_, act_, h, w);
+    const auto& shape = lv.shape;
+    const auto& vdt = lv.vdt;
+    const auto& scale = lv.scale;
+    const auto& nodes = lv.nodes;
     auto plan = std::make_unique<Plan>();
     for (size_t v = 0; v < shape.size(); ++v) {
       plan->value_type.push_back(vdt[v] == dt::u8     ? ObservedValue::Type::u8
@@ -410,53 +282,10 @@ class CpuEngine final : public InferenceEngine {
     plan->n = n;
     plan->h = h;
     plan->w = w;
-    // Liveness assignment of buffers: value -> buffer index.
-    std::vector<int> buf_of(shape.size(), -1);
-    std::vector<size_t> buf_size;  // bytes
-    std::vector<int> free_bufs;
-    auto bytes = [&](size_t v) {
-      const size_t e = static_cast<size_t>(n * shape[v][0] * shape[v][1] * shape[v][2]);
-      return e * memory::data_type_size(vdt[v]);
-    };
-    auto take = [&](size_t v) {
-      int b;
-      if (!free_bufs.empty()) {
-        b = free_bufs.back();
-        free_bufs.pop_back();
-      } else {
-        b = static_cast<int>(buf_size.size());
-        buf_size.push_back(0);
-      }
-      buf_size[static_cast<size_t>(b)] = std::max(buf_size[static_cast<size_t>(b)], bytes(v));
-      buf_of[v] = b;
-    };
-    take(0);
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      const Node& nd = nodes[i];
-      const auto out = static_cast<size_t>(nd.out);
-      const std::string& name = nd.op >= 0 ? ops[static_cast<size_t>(nd.op)].name : "convert";
-      if (nd.res >= 0) {
-        // The sum post-op accumulates into the destination: write over the shortcut's own
-        // buffer, which this conv reads last in every ResNet block.
-        RN50_CHECK(last_read[static_cast<size_t>(nd.res)] == static_cast<int>(i) && nd.res != nd.in,
-                   "inference: '{}' adds a shortcut that a later op still reads; the CPU engine "
-                   "needs the adding conv to be the shortcut's last reader",
-                   name);
-        RN50_CHECK(memory::data_type_size(vdt[static_cast<size_t>(nd.res)]) ==
-                       memory::data_type_size(vdt[out]),
-                   "inference: '{}' adds a shortcut stored in another element size", name);
-        buf_of[out] = buf_of[static_cast<size_t>(nd.res)];
-      } else {
-        take(out);
-      }
-      for (int v : {nd.in, nd.res}) {
-        if (v < 0 || v == nd.res || last_read[static_cast<size_t>(v)] != static_cast<int>(i))
-          continue;
-        free_bufs.push_back(buf_of[static_cast<size_t>(v)]);
-      }
-    }
-    for (size_t b = 0; b < buf_size.size(); ++b)
-      plan->buffers.emplace_back((buf_size[b] + sizeof(float) - 1) / sizeof(float));
+    const cpu_engine::BufferAssignment bufs = cpu_engine::assign_buffers(lv, prog_, n);
+    for (size_t bytes : bufs.bytes)
+      plan->buffers.emplace_back((bytes + sizeof(float) - 1) / sizeof(float));
+    const std::vector<int>& buf_of = bufs.buf_of;
     auto ptr = [&](int v) {
       return plan->buffers[static_cast<size_t>(buf_of[static_cast<size_t>(v)])].data();
     };
@@ -508,11 +337,29 @@ class CpuEngine final : public InferenceEngine {
           const memory::dims wd{c.out_channels, c.in_channels, c.kernel, c.kernel};
           const memory::desc w_any(wd, q ? dt::s8 : in_dt, tag::any),
               b_md({c.out_channels}, dt::f32, tag::x);
-          // Winograd (see the file comment): f32, 3x3, stride 1, pad 1, no residual sum, not
-          // while calibrating (the observer reads each step's destination as NHWC).
-          const bool try_wino = !q && act_ == dt::f32 && c.kernel == 3 && c.stride == 1 &&
-                                c.pad == 1 && nd.res < 0 && !observer_ && !batch_invariant_ &&
-                                onednn::conv_winograd_allowed();
+          const auto& oshape = shape[static_cast<size_t>(nd.out)];
+          // The implementation: the first candidate of the engine's list (Winograd: see the
+          // file comment) that builds.
+          onednn::InferConvQuery query;
+          query.dt = act_ == dt::bf16 ? DType::bf16 : DType::f32;
+          query.int8 = q;
+          query.n = n;
+          query.c = c.in_channels;
+          query.k = c.out_channels;
+          query.kernel = c.kernel;
+          query.stride = c.stride;
+          query.pad = c.pad;
+          query.oh = oshape[1];
+          query.ow = oshape[2];
+          query.residual = nd.res >= 0;
+          query.block = blocked_ && nd.in != 0 && c.in_channels % block_ == 0 &&
+                                c.out_channels % block_ == 0
+                            ? static_cast<int>(block_)
+                            : 0;
+          query.batch_invariant = batch_invariant_;
+          query.observed = static_cast<bool>(observer_);
+          const std::vector<const onednn::InferConvImpl*> candidates =
+              onednn::infer_conv_candidates(query);
           const memory::desc wsrc(src.dims(), dt::f32, tag::any),
               wdst(dst.dims(), dt::f32, tag::any);
           auto conv_desc = [&](bool wino) {
@@ -555,17 +402,23 @@ class CpuEngine final : public InferenceEngine {
           }
           const dnnl::primitive_attr attr = ep.sum_attr();
           dnnl::convolution_forward::primitive_desc pd;
-          bool wino = false;
-          if (try_wino) {
-            try {
-              pd = dnnl::convolution_forward::primitive_desc(conv_desc(true), attr, eng_);
-              wino = true;
-            } catch (const dnnl::error&) {
-              // not implemented for this shape / CPU: direct below
+          const onednn::InferConvImpl* impl = nullptr;
+          for (const onednn::InferConvImpl* cand : candidates) {
+            if (cand->kind == onednn::InferConvKind::onednn_winograd) {
+              try {
+                pd = dnnl::convolution_forward::primitive_desc(conv_desc(true), attr, eng_);
+              } catch (const dnnl::error&) {
+                continue;  // oneDNN has no Winograd for this shape / CPU: the next candidate
+              }
             }
+            impl = cand;
+            break;
           }
+          RN50_CHECK(impl != nullptr, "inference: op {}: no convolution implementation", nd.op);
+          const bool wino = impl->kind == onednn::InferConvKind::onednn_winograd;
+          onednn::log_infer_conv(query, impl->name);
           st.op = &kConvOp;
-          const auto& oshape = shape[static_cast<size_t>(nd.out)];
+          st.impl = impl->name;
           st.flops = 2.0 * static_cast<double>(n * oshape[0] * oshape[1] * oshape[2]) *
                      static_cast<double>(c.in_channels * c.kernel * c.kernel);
           // An f32 conv of a QAT engine (the stem, above) computes with its trained weights.
@@ -579,13 +432,11 @@ class CpuEngine final : public InferenceEngine {
                        {DNNL_ARG_DST, dst_m}};
             plan->steps.push_back(std::move(st));
           };
-          const onednn::WinogradF43Conv::Shape ws{n, c.in_channels, c.out_channels,
-                                                  oshape[1], oshape[2]};
-          if (!wino && !q && blocked_ && block_ == 8 && c.kernel == 3 && c.stride == 1 &&
-              c.pad == 1 && !batch_invariant_ && onednn::conv_winograd_allowed() &&
-              onednn::WinogradF43Conv::worthwhile_cached(ws)) {
-            // Our own Winograd on the nChw8c buffers (file comment; blocked_ excludes the
-            // observer), its transformed weights shared by the plans of every batch size.
+          if (impl->kind == onednn::InferConvKind::own_winograd_f43) {
+            // Our own Winograd on the nChw8c buffers (file comment), its transformed weights
+            // shared by the plans of every batch size.
+            const onednn::WinogradF43Conv::Shape ws{n, c.in_channels, c.out_channels,
+                                                    oshape[1], oshape[2]};
             auto& u = wino_weights_[nd.op];
             if (!u) u = onednn::WinogradF43Conv::transform_weights(cw.data_as<const float>(),
                                                                    ws.c, ws.k);
@@ -598,13 +449,9 @@ class CpuEngine final : public InferenceEngine {
             push_own(u_m);
             continue;
           }
-          const onednn::WinogradF23Bf16::Shape ws2{n, c.in_channels, c.out_channels, oshape[1],
-                                                   oshape[2]};
-          if (!q && act_ == dt::bf16 && !blocked_ && c.kernel == 3 && c.stride == 1 &&
-              c.pad == 1 && !observer_ && !batch_invariant_ &&
-              onednn::WinogradF23Bf16::worthwhile(ws2) &&
-              onednn::conv_own_winograd_bf16_allowed(
-                  {c.in_channels, c.out_channels, 3, 1, oshape[1] * oshape[2]})) {
+          if (impl->kind == onednn::InferConvKind::own_winograd_f23_bf16) {
+            const onednn::WinogradF23Bf16::Shape ws2{n, c.in_channels, c.out_channels,
+                                                     oshape[1], oshape[2]};
             // Our own bf16 Winograd on the NHWC buffers (file comment), bias, residual sum and
             // ReLU in its output transform, U from the f32 weights rounded once.
             auto& u = wino_bf16_weights_[nd.op];
@@ -774,7 +621,8 @@ class CpuEngine final : public InferenceEngine {
   }
 
   InferenceProgram prog_;
-  std::string precision_;
+  EnginePrecision prec_;
+  std::string precision_;  ///< prec_'s name (InferenceEngine::precision)
   dt act_;  ///< float activations and conv/fc weights: f32, or bf16 (bias, accumulation, logits
             ///< f32)
   ValueObserver observer_;
@@ -797,7 +645,7 @@ class CpuEngine final : public InferenceEngine {
 }  // namespace
 
 std::unique_ptr<InferenceEngine> make_cpu_engine(InferenceProgram program,
-                                                 const std::string& precision,
+                                                 EnginePrecision precision,
                                                  ValueObserver observer,
                                                  bool batch_invariant,
                                                  CpuActivationLayout layout) {

@@ -23,19 +23,26 @@ namespace rn50 {
 
 namespace {
 
-DType dtype_of(const std::string& precision) {
-  if (precision == "fp16") return DType::f16;
-  if (precision == "bf16") return DType::bf16;
-  return DType::f32;  // fp32, tf32
+/// The activations' dtype of `precision`; throws rn50::Error for int8 (the CPU engine's).
+DType dtype_of(EnginePrecision precision) {
+  switch (precision) {
+    case EnginePrecision::fp16: return DType::f16;
+    case EnginePrecision::bf16: return DType::bf16;
+    case EnginePrecision::fp32:
+    case EnginePrecision::tf32: return DType::f32;
+    case EnginePrecision::int8: break;
+  }
+  RN50_FAIL("inference: --precision int8 runs on the CPU engine only; use --device cpu");
 }
 
 class DeviceEngine final : public InferenceEngine {
  public:
-  DeviceEngine(InferenceProgram program, std::unique_ptr<Backend> backend, std::string precision)
+  DeviceEngine(InferenceProgram program, std::unique_ptr<Backend> backend,
+               EnginePrecision precision)
       : prog_(std::move(program)),
         be_(std::move(backend)),
-        precision_(std::move(precision)),
-        dt_(dtype_of(precision_)) {
+        precision_(engine_precision_name(precision)),
+        dt_(dtype_of(precision)) {
     RN50_CHECK(be_->supports(Op::conv_bias_act, dt_, Layout::NHWC),
                "inference: the {} backend has no {} inference convolution", be_->name(),
                precision_);
@@ -229,7 +236,7 @@ class DeviceEngine final : public InferenceEngine {
 
 std::unique_ptr<InferenceEngine> make_device_engine(InferenceProgram program,
                                                     std::unique_ptr<Backend> backend,
-                                                    const std::string& precision) {
+                                                    EnginePrecision precision) {
   return std::make_unique<DeviceEngine>(std::move(program), std::move(backend), precision);
 }
 

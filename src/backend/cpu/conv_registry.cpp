@@ -179,15 +179,6 @@ std::string dims_of(const Tensor& t) {
   return s + "]";
 }
 
-const char* policy_name(ConvAlgo a) {
-  switch (a) {
-    case ConvAlgo::automatic: return "auto";
-    case ConvAlgo::direct: return "direct";
-    case ConvAlgo::matmul: return "matmul";
-  }
-  return "?";
-}
-
 /// RN50_CONV_LOG's stream (nullptr: unset), opened on first use; lines are appended under
 /// the mutex so that backends on several threads do not interleave them.
 std::mutex g_log_mutex;
@@ -205,6 +196,25 @@ std::FILE* conv_log() {
 }
 
 }  // namespace
+
+const char* conv_policy_name(ConvAlgo a) {
+  switch (a) {
+    case ConvAlgo::automatic: return "auto";
+    case ConvAlgo::direct: return "direct";
+    case ConvAlgo::matmul: return "matmul";
+  }
+  return "?";
+}
+
+bool conv_log_enabled() { return conv_log() != nullptr; }
+
+void conv_log_append(const std::string& line) {
+  std::FILE* log = conv_log();
+  if (!log) return;
+  std::lock_guard<std::mutex> lock(g_log_mutex);
+  std::fputs(line.c_str(), log);
+  std::fflush(log);
+}
 
 const char* conv_dir_name(ConvDir dir) {
   switch (dir) {
@@ -309,17 +319,13 @@ void run_conv(OnednnBackend& be, const ConvCall& c) {
   const char* ran = impl.run(be, c);
   if (ran) OpProfiler::note_impl(ran);
   if (!first) return;
-  if (std::FILE* log = conv_log()) {
-    const std::string line = fmt::format(
+  if (conv_log_enabled())
+    conv_log_append(fmt::format(
         "conv {} x {} w {} y {} stride {} pad {} {} {} policy {}{}: {}\n", conv_dir_name(c.dir),
         dims_of(c.x), dims_of(c.w), dims_of(c.y), c.p.stride, c.p.pad, dtype_name(c.x.dtype()),
-        layout_name(c.x.layout()), policy_name(conv_algo()),
+        layout_name(c.x.layout()), conv_policy_name(conv_algo()),
         conv_forced_impl().empty() ? "" : " RN50_CONV_IMPL=" + conv_forced_impl(),
-        ran ? ran : impl.name);
-    std::lock_guard<std::mutex> lock(g_log_mutex);
-    std::fputs(line.c_str(), log);
-    std::fflush(log);
-  }
+        ran ? ran : impl.name));
 }
 
 }  // namespace rn50::onednn

@@ -83,4 +83,14 @@ void run_conv(OnednnBackend& be, const ConvCall& c);
 /// "fwd", "bwd_data" or "bwd_weights".
 const char* conv_dir_name(ConvDir dir);
 
+/// "auto", "direct" or "matmul": RN50_CONV_ALGO's policy `a` as the logs name it.
+const char* conv_policy_name(ConvAlgo a);
+
+/// Whether RN50_CONV_LOG is set (its file is opened on the first call). Throws rn50::Error
+/// when the file cannot be opened for appending.
+bool conv_log_enabled();
+/// Appends `line` (ending in a newline) to RN50_CONV_LOG's file, or to stderr for "-", whole
+/// and flushed (thread-safe); nothing when the variable is unset. Throws as conv_log_enabled.
+void conv_log_append(const std::string& line);
+
 }  // namespace rn50::onednn
