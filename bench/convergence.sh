@@ -11,10 +11,15 @@
 # rn50 runs with --exact-decode, so that both systems see torchvision's pixels (the crops and
 # their order still come from each system's own random generator). About an hour on a 2-core
 # machine with the defaults; logs and per-epoch JSON go to OUT_DIR.
+# PINNED=name (e.g. onednn) adds a third system: rn50 with every convolution pinned to that
+# implementation (RN50_CONV_IMPL, src/backend/cpu/conv_registry.h), so that the registry's
+# default choice is checked for convergence against one implementation too (a second verdict:
+# default vs pinned within two standard errors).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { sed -n '2,12p' "$0"; exit 2; }
 OUT=$1; DATA=${2:-../shared/data/imagenette}
+PINNED=${PINNED:-}
 SEEDS=${SEEDS:-0 1 2}; EPOCHS=${EPOCHS:-5}; ARCH=${ARCH:-resnet18}; CROP=${CROP:-128}
 BATCH=${BATCH:-64}; WARMUP=${WARMUP:-1}; WORKERS=${WORKERS:-2}
 RESIZE=$(( CROP * 256 / 224 )); PREC=${PRECISION:-fp32}
@@ -36,17 +41,25 @@ for s in $SEEDS; do
     --seed "$s" --exact-decode --save-interval 0 "${RN50_PREC[@]}" \
     --report-file "$OUT/rn50_seed$s.jsonl" \
     > "$OUT/rn50_seed$s.log" 2>&1
+  if [ -n "$PINNED" ]; then
+    echo "convergence.sh: seed $s: rn50 with RN50_CONV_IMPL=$PINNED"
+    RN50_CONV_IMPL="$PINNED" "$RN50" train --image-root "$DATA" --arch "$ARCH" \
+      --epochs "$EPOCHS" --warmup-epochs "$WARMUP" --batch-size "$BATCH" --crop-size "$CROP" \
+      --resize-short "$RESIZE" --workers "$WORKERS" --seed "$s" --exact-decode \
+      --save-interval 0 "${RN50_PREC[@]}" --report-file "$OUT/rn50pin_seed$s.jsonl" \
+      > "$OUT/rn50pin_seed$s.log" 2>&1
+  fi
   echo "convergence.sh: seed $s: torch"
   "$PY" "$PEER" --data "$DATA" --arch "$ARCH" --epochs "$EPOCHS" --warmup-epochs "$WARMUP" \
     --batch-size "$BATCH" --crop-size "$CROP" --resize-short "$RESIZE" --workers "$WORKERS" \
     --seed "$s" --channels-last --precision "$PREC" > "$OUT/torch_seed$s.jsonl" \
     2> "$OUT/torch_seed$s.log"
 done
-"$PY" - "$OUT" "$PREC" $SEEDS <<'PYEOF'
+"$PY" - "$OUT" "$PREC" "${PINNED:--}" $SEEDS <<'PYEOF'
 import json, math, statistics, sys
-out, prec, seeds = sys.argv[1], sys.argv[2], sys.argv[3:]
-def rn50(s):
-    rows = [json.loads(l) for l in open(f"{out}/rn50_seed{s}.jsonl")]
+out, prec, pinned, seeds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+def rn50(s, stem="rn50"):
+    rows = [json.loads(l) for l in open(f"{out}/{stem}_seed{s}.jsonl")]
     return {r["epoch"]: r["val.top1"] for r in rows if r.get("type") == "epoch" and "val.top1" in r}
 def torch(s):
     rows = [json.loads(l) for l in open(f"{out}/torch_seed{s}.jsonl") if l.startswith("{")]
@@ -73,5 +86,27 @@ se = math.sqrt(sd(va) ** 2 / n + sd(vb) ** 2 / n)
 ok = abs(d) <= 2 * se
 print(f"verdict: final epoch {last}: difference {d:+.2f} points, 2 x std error {2 * se:.2f}: "
       f"{'WITHIN' if ok else 'OUTSIDE'} two standard errors")
+if pinned != "-":
+    c = [rn50(s, "rn50pin") for s in seeds]
+    common = sorted(set(epochs).intersection(*(set(x) for x in c)))
+    if not common:
+        sys.exit("convergence.sh: no epoch has val top-1 from every pinned run")
+    print(f"rn50 default vs RN50_CONV_IMPL={pinned}: val top-1 (%)")
+    print(f"| epoch | default mean | default sd | {pinned} mean | {pinned} sd | diff | std error |")
+    print("|---|---|---|---|---|---|---|")
+    for e in common:
+        va, vc = [x[e] for x in a], [x[e] for x in c]
+        d = statistics.mean(va) - statistics.mean(vc)
+        se = math.sqrt(sd(va) ** 2 / n + sd(vc) ** 2 / n)
+        print(f"| {e} | {statistics.mean(va):.2f} | {sd(va):.2f} | {statistics.mean(vc):.2f} | "
+              f"{sd(vc):.2f} | {d:+.2f} | {se:.2f} |")
+    last = common[-1]
+    va, vc = [x[last] for x in a], [x[last] for x in c]
+    d = statistics.mean(va) - statistics.mean(vc)
+    se = math.sqrt(sd(va) ** 2 / n + sd(vc) ** 2 / n)
+    ok_pin = abs(d) <= 2 * se
+    print(f"verdict (default vs {pinned}): final epoch {last}: difference {d:+.2f} points, "
+          f"2 x std error {2 * se:.2f}: {'WITHIN' if ok_pin else 'OUTSIDE'} two standard errors")
+    ok = ok and ok_pin
 sys.exit(0 if ok else 1)
 PYEOF
