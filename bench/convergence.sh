@@ -34,20 +34,19 @@ PY=${PYTHON:-/usr/bin/python3}
 [ -x "$RN50" ] || { echo "convergence.sh: $RN50 not built (bash scripts/build.sh)" >&2; exit 2; }
 [ -f "$PEER" ] || { echo "convergence.sh: peer $PEER not found" >&2; exit 2; }
 mkdir -p "$OUT"
-for s in $SEEDS; do
-  echo "convergence.sh: seed $s: rn50"
+# rn50 on seed $1, its report and log as $OUT/$2_seed$1.{jsonl,log}, in the caller's environment.
+rn50_run() {
   "$RN50" train --image-root "$DATA" --arch "$ARCH" --epochs "$EPOCHS" --warmup-epochs "$WARMUP" \
     --batch-size "$BATCH" --crop-size "$CROP" --resize-short "$RESIZE" --workers "$WORKERS" \
-    --seed "$s" --exact-decode --save-interval 0 "${RN50_PREC[@]}" \
-    --report-file "$OUT/rn50_seed$s.jsonl" \
-    > "$OUT/rn50_seed$s.log" 2>&1
+    --seed "$1" --exact-decode --save-interval 0 "${RN50_PREC[@]}" \
+    --report-file "$OUT/$2_seed$1.jsonl" > "$OUT/$2_seed$1.log" 2>&1
+}
+for s in $SEEDS; do
+  echo "convergence.sh: seed $s: rn50"
+  rn50_run "$s" rn50
   if [ -n "$PINNED" ]; then
     echo "convergence.sh: seed $s: rn50 with RN50_CONV_IMPL=$PINNED"
-    RN50_CONV_IMPL="$PINNED" "$RN50" train --image-root "$DATA" --arch "$ARCH" \
-      --epochs "$EPOCHS" --warmup-epochs "$WARMUP" --batch-size "$BATCH" --crop-size "$CROP" \
-      --resize-short "$RESIZE" --workers "$WORKERS" --seed "$s" --exact-decode \
-      --save-interval 0 "${RN50_PREC[@]}" --report-file "$OUT/rn50pin_seed$s.jsonl" \
-      > "$OUT/rn50pin_seed$s.log" 2>&1
+    RN50_CONV_IMPL="$PINNED" rn50_run "$s" rn50pin
   fi
   echo "convergence.sh: seed $s: torch"
   "$PY" "$PEER" --data "$DATA" --arch "$ARCH" --epochs "$EPOCHS" --warmup-epochs "$WARMUP" \
@@ -64,49 +63,42 @@ def rn50(s, stem="rn50"):
 def torch(s):
     rows = [json.loads(l) for l in open(f"{out}/torch_seed{s}.jsonl") if l.startswith("{")]
     return {r["epoch"]: r["val_top1"] for r in rows if "val_top1" in r}
+n = len(seeds)
+sd = lambda v: statistics.stdev(v) if len(v) > 1 else float("nan")
+def compare(a, b, epochs, title, header, verdict):
+    """Prints the per-epoch table of runs `a` against runs `b` and the final epoch's verdict;
+    returns whether their difference is within two standard errors."""
+    print(title)
+    print(header)
+    print("|---|---|---|---|---|---|---|")
+    for e in epochs:
+        va, vb = [x[e] for x in a], [x[e] for x in b]
+        d = statistics.mean(va) - statistics.mean(vb)
+        se = math.sqrt(sd(va) ** 2 / n + sd(vb) ** 2 / n)
+        print(f"| {e} | {statistics.mean(va):.2f} | {sd(va):.2f} | {statistics.mean(vb):.2f} | "
+              f"{sd(vb):.2f} | {d:+.2f} | {se:.2f} |")
+    last = epochs[-1]
+    va, vb = [x[last] for x in a], [x[last] for x in b]
+    d = statistics.mean(va) - statistics.mean(vb)
+    se = math.sqrt(sd(va) ** 2 / n + sd(vb) ** 2 / n)
+    ok = abs(d) <= 2 * se
+    print(f"{verdict}: final epoch {last}: difference {d:+.2f} points, 2 x std error "
+          f"{2 * se:.2f}: {'WITHIN' if ok else 'OUTSIDE'} two standard errors")
+    return ok
 a, b = [rn50(s) for s in seeds], [torch(s) for s in seeds]
 epochs = sorted(set.intersection(*(set(x) for x in a + b)))
 if not epochs:
     sys.exit("convergence.sh: no epoch has val top-1 from every run")
-n = len(seeds)
-sd = lambda v: statistics.stdev(v) if len(v) > 1 else float("nan")
-print(f"{prec}: val top-1 (%) over {n} seeds ({' '.join(seeds)})")
-print("| epoch | rn50 mean | rn50 sd | torch mean | torch sd | diff (rn50 - torch) | std error |")
-print("|---|---|---|---|---|---|---|")
-for e in epochs:
-    va, vb = [x[e] for x in a], [x[e] for x in b]
-    d = statistics.mean(va) - statistics.mean(vb)
-    se = math.sqrt(sd(va) ** 2 / n + sd(vb) ** 2 / n)
-    print(f"| {e} | {statistics.mean(va):.2f} | {sd(va):.2f} | {statistics.mean(vb):.2f} | "
-          f"{sd(vb):.2f} | {d:+.2f} | {se:.2f} |")
-last = epochs[-1]
-va, vb = [x[last] for x in a], [x[last] for x in b]
-d = statistics.mean(va) - statistics.mean(vb)
-se = math.sqrt(sd(va) ** 2 / n + sd(vb) ** 2 / n)
-ok = abs(d) <= 2 * se
-print(f"verdict: final epoch {last}: difference {d:+.2f} points, 2 x std error {2 * se:.2f}: "
-      f"{'WITHIN' if ok else 'OUTSIDE'} two standard errors")
+ok = compare(a, b, epochs, f"{prec}: val top-1 (%) over {n} seeds ({' '.join(seeds)})",
+             "| epoch | rn50 mean | rn50 sd | torch mean | torch sd | diff (rn50 - torch) | "
+             "std error |", "verdict")
 if pinned != "-":
     c = [rn50(s, "rn50pin") for s in seeds]
     common = sorted(set(epochs).intersection(*(set(x) for x in c)))
     if not common:
         sys.exit("convergence.sh: no epoch has val top-1 from every pinned run")
-    print(f"rn50 default vs RN50_CONV_IMPL={pinned}: val top-1 (%)")
-    print(f"| epoch | default mean | default sd | {pinned} mean | {pinned} sd | diff | std error |")
-    print("|---|---|---|---|---|---|---|")
-    for e in common:
-        va, vc = [x[e] for x in a], [x[e] for x in c]
-        d = statistics.mean(va) - statistics.mean(vc)
-        se = math.sqrt(sd(va) ** 2 / n + sd(vc) ** 2 / n)
-        print(f"| {e} | {statistics.mean(va):.2f} | {sd(va):.2f} | {statistics.mean(vc):.2f} | "
-              f"{sd(vc):.2f} | {d:+.2f} | {se:.2f} |")
-    last = common[-1]
-    va, vc = [x[last] for x in a], [x[last] for x in c]
-    d = statistics.mean(va) - statistics.mean(vc)
-    se = math.sqrt(sd(va) ** 2 / n + sd(vc) ** 2 / n)
-    ok_pin = abs(d) <= 2 * se
-    print(f"verdict (default vs {pinned}): final epoch {last}: difference {d:+.2f} points, "
-          f"2 x std error {2 * se:.2f}: {'WITHIN' if ok_pin else 'OUTSIDE'} two standard errors")
-    ok = ok and ok_pin
+    ok = compare(a, c, common, f"rn50 default vs RN50_CONV_IMPL={pinned}: val top-1 (%)",
+                 f"| epoch | default mean | default sd | {pinned} mean | {pinned} sd | diff | "
+                 "std error |", f"verdict (default vs {pinned})") and ok
 sys.exit(0 if ok else 1)
 PYEOF

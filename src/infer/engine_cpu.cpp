@@ -289,12 +289,16 @@ class CpuEngine final : public InferenceEngine {
     auto ptr = [&](int v) {
       return plan->buffers[static_cast<size_t>(buf_of[static_cast<size_t>(v)])].data();
     };
+    // Value v's channel block in its buffer: block_ where it is blocked, 0 where it is plain
+    // (NHWC, or the input image's NCHW).
+    auto block_of = [&](int v) {
+      return blocked_ && v != 0 && shape[static_cast<size_t>(v)][0] % block_ == 0 ? block_ : 0;
+    };
     auto act_md = [&](int v) {
       const auto& s = shape[static_cast<size_t>(v)];
-      const tag blocked = block_ == 16 ? tag::nChw16c : tag::nChw8c;
-      const tag t = !blocked_ ? tag::nhwc
-                    : v == 0  ? tag::nchw
-                    : s[0] % block_ == 0 ? blocked
+      const tag t = block_of(v) == 16 ? tag::nChw16c
+                    : block_of(v) == 8 ? tag::nChw8c
+                    : blocked_ && v == 0 ? tag::nchw
                                          : tag::nhwc;
       return memory::desc({n, s[0], s[1], s[2]}, vdt[static_cast<size_t>(v)], t);
     };
@@ -340,24 +344,21 @@ class CpuEngine final : public InferenceEngine {
           const auto& oshape = shape[static_cast<size_t>(nd.out)];
           // The implementation: the first candidate of the engine's list (Winograd: see the
           // file comment) that builds.
-          onednn::InferConvQuery query;
-          query.dt = act_ == dt::bf16 ? DType::bf16 : DType::f32;
-          query.int8 = q;
-          query.n = n;
-          query.c = c.in_channels;
-          query.k = c.out_channels;
-          query.kernel = c.kernel;
-          query.stride = c.stride;
-          query.pad = c.pad;
-          query.oh = oshape[1];
-          query.ow = oshape[2];
-          query.residual = nd.res >= 0;
-          query.block = blocked_ && nd.in != 0 && c.in_channels % block_ == 0 &&
-                                c.out_channels % block_ == 0
-                            ? static_cast<int>(block_)
-                            : 0;
-          query.batch_invariant = batch_invariant_;
-          query.observed = static_cast<bool>(observer_);
+          const onednn::InferConvQuery query{
+              .dt = act_ == dt::bf16 ? DType::bf16 : DType::f32,
+              .int8 = q,
+              .n = n,
+              .c = c.in_channels,
+              .k = c.out_channels,
+              .kernel = c.kernel,
+              .stride = c.stride,
+              .pad = c.pad,
+              .oh = oshape[1],
+              .ow = oshape[2],
+              .residual = nd.res >= 0,
+              .block = block_of(nd.in) != 0 && block_of(nd.out) != 0 ? block_ : 0,
+              .batch_invariant = batch_invariant_,
+              .observed = static_cast<bool>(observer_)};
           const std::vector<const onednn::InferConvImpl*> candidates =
               onednn::infer_conv_candidates(query);
           const memory::desc wsrc(src.dims(), dt::f32, tag::any),

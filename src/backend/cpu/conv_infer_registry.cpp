@@ -31,15 +31,12 @@ bool own_winograd_f43_takes(const InferConvQuery& q) {
   return !q.int8 && q.dt == DType::f32 && q.block == 8 && is_3x3_same(q) && q.c % 8 == 0 &&
          q.k % 8 == 0 && !q.observed && !q.batch_invariant;
 }
-WinogradF43Conv::Shape f43_shape(const InferConvQuery& q) {
-  return WinogradF43Conv::Shape{q.n, q.c, q.k, q.oh, q.ow};
-}
+WinogradF23Bf16::Shape f23_shape(const InferConvQuery& q) { return {q.n, q.c, q.k, q.oh, q.ow}; }
 /// Our bf16 F(2x2, 3x3) on the engine's NHWC buffers (winograd_f23_bf16.h): built on this CPU,
 /// C and K multiples of 16, bias, shortcut and ReLU fused.
 bool own_winograd_f23_bf16_takes(const InferConvQuery& q) {
   return !q.int8 && q.dt == DType::bf16 && q.block == 0 && is_3x3_same(q) && !q.observed &&
-         !q.batch_invariant &&
-         WinogradF23Bf16::fits(WinogradF23Bf16::Shape{q.n, q.c, q.k, q.oh, q.ow});
+         !q.batch_invariant && WinogradF23Bf16::fits(f23_shape(q));
 }
 bool always(const InferConvQuery&) { return true; }
 
@@ -50,11 +47,10 @@ bool onednn_winograd_fits(const InferConvQuery& q) {
 }
 bool own_winograd_f43_fits(const InferConvQuery& q) {
   return own_winograd_f43_takes(q) && conv_own_winograd_allowed() &&
-         WinogradF43Conv::worthwhile_cached(f43_shape(q));
+         WinogradF43Conv::worthwhile_cached(WinogradF43Conv::Shape{q.n, q.c, q.k, q.oh, q.ow});
 }
 bool own_winograd_f23_bf16_fits(const InferConvQuery& q) {
-  const WinogradF23Bf16::Shape s{q.n, q.c, q.k, q.oh, q.ow};
-  return own_winograd_f23_bf16_takes(q) && WinogradF23Bf16::worthwhile(s) &&
+  return own_winograd_f23_bf16_takes(q) && WinogradF23Bf16::worthwhile(f23_shape(q)) &&
          conv_own_winograd_bf16_allowed(ConvShapeInfo{q.c, q.k, 3, 1, q.oh * q.ow});
 }
 
