@@ -12,12 +12,9 @@ namespace {
 using dt = dnnl::memory::data_type;
 
 /// The smallest destination for which the automatic rule takes the binary add. brgconv_1x1's
-/// sum post-op is slow only on large tensors: on the Zen 5 EPYC of conv_epilogue.h (median of
-/// 12 calls, ms, sum / binary add) bf16 64 -> 256 channels at 56x56: batch 1 (1.6 MB) 0.19 /
-/// 0.16 (caches warm), batch 8 (12.8 MB) 1.41 / 1.29, batch 16 5.53 / 2.67; bf16 128 -> 512 at
-/// 28x28, batch 12 (9.6 MB) 1.80 / 1.64, batch 16 3.56 / 2.25; INT8 64 -> 256 at 56x56, batch
-/// 16 (12.8 MB) 3.07 / 1.84, INT8 at 6.4 MB (256 -> 1024 at 14x14, batch 32; 128 -> 512 at
-/// 28x28, batch 16) level, and at batch 1 the sum ahead (0.09-0.11 / 0.09-0.14).
+/// sum post-op is slow only on large tensors: from about 8 MiB the binary add was measured
+/// ahead, below that level or mixed
+/// (bench/results/cpu/2026-12-03-zen5-epyc/infer_residual_join_binary.md).
 constexpr size_t kBinaryJoinMinBytes = size_t{8} << 20;
 
 /// set_residual_join's override: -1 none, else the ResidualJoin's value.

@@ -6,13 +6,11 @@
 //   binary add      dst = tail(r * (oscale / r * (acc + bias) + residual)), the residual read
 //                   through a binary post-op whose source is that same buffer.
 // Both are the same sum in f32 (the binary form moves r around the add: the codes can differ by
-// one where a value lands on a rounding tie). Why two: on an AMD Zen 5 EPYC (AVX-512 BF16 and
+// one where a value lands on a rounding tie). Why two: on the CPU measured (AVX-512 BF16 and
 // VNNI, no AMX) oneDNN 2.6 runs every residual 1x1 conv of ResNet-50 in brgconv_1x1, whose sum
-// post-op costs as much as the convolution (batch 32, 224 px, bf16, median of 12 calls with the
-// caches evicted: 64 -> 256 channels at 56x56 4.47 ms without the sum, 10.27 ms with it; INT8
-// 2.73 / 7.85 ms), while brgconv_1x1 takes no full-tensor binary post-op and oneDNN gives it to
-// its older jit 1x1 kernel, whose fused add is cheap (bf16 5.10 ms, INT8 3.27 ms; at 28x28 with
-// 128 -> 512 channels bf16 4.52 against 7.00, INT8 2.53 against 4.68; at 7x7 level).
+// post-op costs about as much as the convolution on large tensors, while brgconv_1x1 takes no
+// full-tensor binary post-op and oneDNN gives it to its older jit 1x1 kernel, whose fused add
+// is cheap (bench/results/cpu/2026-12-03-zen5-epyc/infer_residual_join_binary.md).
 #pragma once
 
 #include <dnnl.hpp>

@@ -1,19 +1,19 @@
 // rn50: training batch normalisation of NHWC activations in bf16 or f32 (see batchnorm_nhwc.h).
 // Why our own loops: BatchNorm is memory-bound, and oneDNN 2.6's bf16 nspc kernel
 // (bnorm_jit:avx512_core_bf16) takes as long as its f32 one on the same shapes although it moves
-// half the bytes (ResNet-50 batch 32 training, per step: forward 221 vs 237 ms, backward 370 vs 411
-// ms on a 2-core Sapphire Rapids); and oneDNN 2.6's batch norm cannot add a residual, which the
-// loops fuse in (the block's residual join) in bf16 and f32 alike. The element-wise passes are
-// plain C++ that the compiler vectorises over the channels (the innermost, contiguous dimension);
-// the statistics passes run AVX-512 tiles on AVX-512 CPUs (with a plain C++ fallback that gives
-// the same bits, tested against each other). The loops are compiled three times, for the
-// baseline, AVX2 + FMA and AVX-512 (batchnorm_nhwc_impl.inc in regions of core/isa_region.h),
-// and cpu_info() picks one per call. bf16 widens exactly to f32 by a
-// shift, results narrow once with round-to-nearest-even (core/bf16.h), and the ReLU's mask in the
-// backward is y > 0 (for bf16 y's bits read as int16 > 0, the same test on the bits). Per-channel
-// sums: each thread sums chunks of kChunk rows in f32 (short, so little rounding), adds each chunk
-// into its own f64 totals, and the threads' totals are added in thread order after the loop: with
-// OpenMP's static schedule the result does not depend on timing.
+// half the bytes (measured in
+// bench/results/cpu/2026-11-26-sapphire-rapids/batchnorm_bf16_own_loops.md); and oneDNN 2.6's batch
+// norm cannot add a residual, which the loops fuse in (the block's residual join) in bf16 and f32
+// alike. The element-wise passes are plain C++ that the compiler vectorises over the channels (the
+// innermost, contiguous dimension); the statistics passes run AVX-512 tiles on AVX-512 CPUs (with a
+// plain C++ fallback that gives the same bits, tested against each other). The loops are compiled
+// three times, for the baseline, AVX2 + FMA and AVX-512 (batchnorm_nhwc_impl.inc in regions of
+// core/isa_region.h), and cpu_info() picks one per call. bf16 widens exactly to f32 by a shift,
+// results narrow once with round-to-nearest-even (core/bf16.h), and the ReLU's mask in the backward
+// is y > 0 (for bf16 y's bits read as int16 > 0, the same test on the bits). Per-channel sums: each
+// thread sums chunks of kChunk rows in f32 (short, so little rounding), adds each chunk into its
+// own f64 totals, and the threads' totals are added in thread order after the loop: with OpenMP's
+// static schedule the result does not depend on timing.
 #include "backend/cpu/batchnorm_nhwc.h"
 
 #include <omp.h>

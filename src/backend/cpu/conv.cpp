@@ -12,23 +12,19 @@
 // Winograd F(4x4, 3x3) algorithm (jit_wino_4x3) in all three directions, unless
 // RN50_CONV_ALGO=direct. Its activations live in a blocked layout (nChw16c), so they are
 // reordered in and out through backend scratch buffers ("reorder activations (winograd)" in a
-// profile). Measured with oneDNN 2.6 on AVX-512, batch 32: 2.0-2.6x faster than the direct
-// conv per direction (64 ch at 56x56: fwd 32.1 -> 12.3 ms, bwd data 32.3 -> 12.2, bwd weights
-// 31.8 -> 14.3). The result differs from direct convolution by rounding only (relative error
-// about 1e-6 to 1e-5 in f32; Lavin & Gray, "Fast Algorithms for Convolutional Neural
-// Networks", CVPR 2016). FLOP counts and GFLOP/s stay those of the direct convolution.
-// 1x1 convolutions on NHWC activations may run as oneDNN matmuls instead (bf16 on AMX CPUs by
-// default, backward only; conv_algo.h, conv_matmul.cpp), and on CPUs without AVX-512, where
-// oneDNN has no Winograd, f32 3x3 stride-1 NHWC convs in all three directions as our own
-// Winograd (conv_winograd.cpp). On CPUs with AVX-512 BF16 and no AMX, the bf16 weight gradient
-// of NHWC convs with outputs of 7x7 pixels or fewer, of strided or fourfold-widening 1x1s (on
-// Zen 5 also narrowing ones) and of strided KxKs to 14x14 or fewer runs as our own GEMM
-// (conv_wgrad_gemm.cpp; conv_own_wgrad_allowed), which writes the gradient in the weights' own
-// order, OIHW or OHWI (no reorder), as does the f32 weight gradient of some 1x1s on CPUs with
-// AVX-512 and no AMX (on Zen 5 those that keep or widen the channels or have outputs of 7x7 or
-// fewer, elsewhere the fourfold widening ones at 56x56); and bf16 3x3 stride-1 NHWC
-// convs with outputs of 14x14 or more run as our own Winograd F(2x2, 3x3) in all three
-// directions (winograd_f23_bf16.h;
+// profile). Measured faster than the direct conv in every direction with oneDNN 2.6 on AVX-512:
+// bench/results/cpu/2026-11-25-zen4-epyc/onednn_winograd_f32.md. The result differs from the direct
+// convolution by rounding only (relative error about 1e-6 to 1e-5 in f32; Lavin & Gray, "Fast
+// Algorithms for Convolutional Neural Networks", CVPR 2016). FLOP counts and GFLOP/s stay those of
+// the direct convolution.
+// The registry's other entries, each where the rule table (conv_rules.cpp; which shapes on which
+// CPUs, and why: docs/perf/cpu-kernels.md) takes it: 1x1 convolutions on NHWC activations as
+// oneDNN matmuls (conv_algo.h, conv_matmul.cpp); f32 3x3 stride-1 NHWC convs in all three
+// directions as our own Winograd (conv_winograd.cpp), for CPUs where oneDNN has no Winograd;
+// KxK weight gradients as im2col + matmuls (conv_im2col.cpp); the bf16 or f32 weight gradient
+// of NHWC convs as our own GEMM (conv_wgrad_gemm.cpp; conv_own_wgrad_allowed), which writes the
+// gradient in the weights' own order, OIHW or OHWI (no reorder); and bf16 3x3 stride-1 NHWC
+// convs in all three directions as our own Winograd F(2x2, 3x3) (winograd_f23_bf16.h;
 // conv_own_winograd_bf16_allowed), whose rounding differs from the direct conv's (about twice
 // its error).
 #include <algorithm>

@@ -1,11 +1,12 @@
 // rn50: the weight gradient of KxK convolutions on NHWC activations as im2col + oneDNN matmuls
 // (conv_bwd_weights_im2col, conv_im2col.h).
 // Why: on AMX CPUs oneDNN 2.6 computes the bf16 weight gradient of ResNet-50's 3x3 convs with
-// 14x14 and 7x7 outputs through its jit:avx512_core_amx_bf16 direct kernel at 100-550 GFLOP/s,
-// while its brgemm matmul runs the same sums, one product per chunk of output positions, 1.5-4x
-// faster (conv_algo.h has the shapes and figures); on CPUs without AVX-512 oneDNN's f32 jit:avx2
-// kernel computes every KxK weight gradient of ResNet-50 1.3-2.1x slower than its f32 GEMM does
-// the same sums. The products are the convolution's sums in another order: results differ by
+// 14x14 and 7x7 outputs through its jit:avx512_core_amx_bf16 direct kernel, slower than its
+// brgemm matmul running the same sums, one product per chunk of output positions (measured in
+// bench/results/cpu/2026-11-26-sapphire-rapids/im2col_wgrad_bf16.md); on CPUs without AVX-512
+// oneDNN's f32 jit:avx2 kernel computes every KxK weight gradient of ResNet-50 slower than its
+// f32 GEMM does the same sums (bench/results/cpu/2026-11-27-avx2-epyc/im2col_wgrad_f32.md).
+// The products are the convolution's sums in another order: results differ by
 // rounding only (f32 accumulation throughout).
 #include "backend/cpu/conv_im2col.h"
 
@@ -24,8 +25,9 @@ using tag = memory::format_tag;
 namespace {
 
 /// The size of one chunk of the im2col matrix: small enough to stay in the caches between its
-/// writing and the matmul reading it, large enough that each matmul has hundreds of rows. At
-/// ResNet-50's layer3/4 shapes 4-16 MiB ran 15-20% faster than 1 MiB (bench_micro); the
+/// writing and the matmul reading it, large enough that each matmul has hundreds of rows.
+/// Chunks of 4-16 MiB were measured faster than 1 MiB at ResNet-50's layer3/4 shapes:
+/// bench/results/cpu/2026-11-26-sapphire-rapids/im2col_chunk_bytes.md. The
 /// 512-channel convs' whole Col (14.4 MiB) is then two chunks.
 constexpr size_t kIm2colChunkBytes = size_t{8} << 20;
 /// set_im2col_chunk_bytes's override (0: none).

@@ -10,12 +10,11 @@
 // the backward data result is scattered back into dx in one pass that also zeroes the pixels
 // the conv never read.
 // Why: on AMX CPUs oneDNN 2.6 runs the backward of bf16 1x1 convolutions through its jit:amx
-// direct kernels at 75-500 GFLOP/s at ResNet-50's shapes (batch 32; the 7x7 and 14x14 weight
-// gradients and the stride-2 data gradients lowest, about 100), while its brgemm matmul reaches
-// 290-590 GFLOP/s on the same products inside a training step (450-970 alone, warm caches;
-// measured on a 2-core Sapphire Rapids whose `rn50 bench peak` bf16 read 813 GFLOP/s then). In
-// the forward its brgconv_1x1 kernel is the faster one (250-370 vs 200-410 GFLOP/s in the
-// step). The policy (conv_algo.h) decides when. FLOP counts and GFLOP/s in a profile stay those
+// direct kernels, slower at ResNet-50's shapes (the 7x7 and 14x14 weight gradients and the
+// stride-2 data gradients most) than its brgemm matmul on the same products; in the forward its
+// brgconv_1x1 kernel is the faster one (measured in
+// bench/results/cpu/2026-11-26-sapphire-rapids/matmul_1x1_bwd_bf16.md). The policy
+// (conv_algo.h) decides when. FLOP counts and GFLOP/s in a profile stay those
 // of the convolution; the gather and scatter are ops of their own there ("reorder activations
 // (1x1 stride)"). The products are the convolution's sums in another order: results differ by
 // rounding only.

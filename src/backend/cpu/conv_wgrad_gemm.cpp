@@ -2,32 +2,29 @@
 // (see conv_wgrad_gemm.h).
 // Why bf16: on CPUs with AVX-512 BF16 but no AMX, oneDNN 2.6 computes these with its
 // jit_bf16_1x1 / jit_bf16 avx512_core_bf16 kernels, which are weakest where the outputs are
-// smallest: at ResNet-50's 7x7 layers, batch 32, 255-315 GFLOP/s for the 1x1s on a 2-core AMD
-// EPYC whose bf16 peak (`rn50 bench peak`) is 474; this GEMM reaches 360-390 there (bench_micro's
-// BM_Conv1x1BwdWeightsBf16 and BM_ConvBwdWeightsBf16Own; conv_rules.cpp links the
-// figures). oneDNN's matmul with a transposed dY was no faster in the step. The weight gradient
-// is a GEMM whose reduction runs over the pixels, the slow dimension of both NHWC operands, so
-// vdpbf16ps (which sums products of element PAIRS along the reduction) needs two consecutive
-// pixels interleaved in both operands: packed here per chunk of pixels into small cache-resident
-// buffers (the B panel 32 KiB, the A block of the thread's rows), the register tile 6 rows x 64
-// channels (24 f32 accumulators) held over the whole chunk. A KxK conv is the same GEMM with
-// R x S times the columns, each tap's panels packed from the input pixels that tap reads (the
+// smallest (ResNet-50's 7x7 layers); there this GEMM was measured faster: see
+// bench/results/cpu/2026-11-28-zen4-epyc/own_wgrad_bf16_7x7.md (conv_rules.cpp links the
+// measurements of every shape it takes). oneDNN's matmul with a transposed dY was no faster in the
+// step. The weight gradient is a GEMM whose reduction runs over the pixels, the slow dimension of
+// both NHWC operands, so vdpbf16ps (which sums products of element PAIRS along the reduction) needs
+// two consecutive pixels interleaved in both operands: packed here per chunk of pixels into small
+// cache-resident buffers (the B panel 32 KiB, the A block of the thread's rows), the register tile
+// 6 rows x 64 channels (24 f32 accumulators) held over the whole chunk. A KxK conv is the same GEMM
+// with R x S times the columns, each tap's panels packed from the input pixels that tap reads (the
 // pixels whose tap falls in the padding left out of both operands). Outputs larger than 7x7 are
-// split between the threads by pixel chunks, each thread streaming its own pixels of both
-// operands into its own f32 partial and prefetching its next chunk's lines while the current
-// chunk's tiles run; the partials are added after a barrier. There it is level with oneDNN or
-// ahead by up to 10% (the 1x1s that are strided or widen fourfold); the packing still costs it
-// 10-12% at 56x56 (timed by skipping it) and the tile itself runs at 91% of the peak from
-// the caches over 128 pixel pairs.
+// split between the threads by pixel chunks, each thread streaming its own pixels of both operands
+// into its own f32 partial and prefetching its next chunk's lines while the current chunk's tiles
+// run; the partials are added after a barrier. There it is level with oneDNN or ahead (the 1x1s
+// that are strided or widen fourfold); at 56x56 the packing, not the tile, is what it loses time to
+// (bench/results/cpu/2026-11-29-zen4-epyc/own_wgrad_bf16_pixel_split.md).
 // Why f32: the same GEMM with one pixel per step (vfmadd231ps, the A element broadcast from a
-// block packed tile by tile) and chunks of 64 pixels (a 16 KiB panel); oneDNN 2.6's
-// jit:avx512_core f32 kernels for the 1x1 weight gradients reach 120-330 GFLOP/s inside a
-// ResNet-50 step on a 2-core Zen 5 EPYC whose f32 peak is 415-449, and this GEMM is ahead of
-// them for the 1x1s that keep or widen the channels; on a Zen 4 EPYC (AVX-512 on 256-bit
-// units, f32 peak 236) only for 64->256 at 56x56 (conv_rules.cpp links the
-// comparisons, per CPU generation). Its 6 x 64 tile alone runs at 207 GFLOP/s on one core
-// from L1 (92% of the core's peak); at 56x56 the packing of operands streamed from memory
-// holds it to 50-60%.
+// block packed tile by tile) and chunks of 64 pixels (a 16 KiB panel); it was measured ahead
+// of oneDNN 2.6's jit:avx512_core f32 kernels for some 1x1 weight gradients, which ones
+// depending on the CPU's AVX-512 units (conv_rules.cpp takes them per CPU class and links the
+// comparisons: bench/results/cpu/2026-12-03-zen5-epyc/own_wgrad_f32.md and
+// bench/results/cpu/2026-12-04-zen4-epyc/own_wgrad_zen4.md). Its 6 x 64 tile alone runs near
+// the core's peak from L1; at 56x56 the packing of operands streamed from memory holds it
+// well below that.
 // Both are one driver (run_share) over an element-type policy (Bf16Gemm, F32Gemm): how a chunk
 // is packed, the register tile, and how the sums are stored (conv_wgrad_gemm_impl.inc, compiled
 // in an AVX-512 region for f32 and an AVX-512 BF16 one for bf16, core/isa_region.h; they run
@@ -56,9 +53,8 @@ constexpr int64_t kPanel = 64;   ///< dW columns (input channels) of a register 
 constexpr int kRows = 6;         ///< dW rows (output channels) of a register tile
 /// Pixels of a bf16 chunk: 128 steps of a pixel pair, a 32 KiB column panel.
 constexpr int64_t kPcBf16 = 256;
-/// Pixels of an f32 chunk: 64 steps of one pixel, a 16 KiB column panel (bench_micro's
-/// BM_Conv1x1BwdWeightsF32 on a Zen 5 EPYC: chunks of 128 pixels were 0-20% slower at
-/// ResNet-50's 1x1s, of 256 up to 45% slower at 56x56).
+/// Pixels of an f32 chunk: 64 steps of one pixel, a 16 KiB column panel (chunks of 128 and 256
+/// pixels measured slower: bench/results/cpu/2026-12-03-zen5-epyc/own_wgrad_f32.md).
 constexpr int64_t kPcF32 = 64;
 
 /// Pixel chunks of the GEMM's reduction: ceil(N OH OW / pc).

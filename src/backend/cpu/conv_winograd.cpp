@@ -3,18 +3,18 @@
 // Why: oneDNN 2.6 has Winograd only with AVX-512; on AVX2-only CPUs its direct jit:avx2 kernel
 // is what the training step's 3x3 stride-1 convs ran (forward and backward data, 13 of
 // ResNet-50's convs each), while the inference engine's WinogradF43Conv ran the same shapes
-// 1.2-2.8x faster at batch 32 (winograd_f43.cpp). The backward-data conv of a stride-1 pad-1
-// 3x3 conv is itself one, with the weights transposed and rotated, so one op serves both. The
-// weights change every step: U is transformed from them on every call (36 x C x K floats,
-// about 1/300 of the conv's work at ResNet-50's batch 32). The weight gradient is the same
-// algorithm transposed (winograd_f43.h, weight_grad_from_products): the input tiles' V as in
-// the forward, the output gradient's tiles through A instead of A^T, their 36 products summed
-// over all tiles by one batched matmul per chunk, and G^T M G at the end. Results differ from
-// the direct convolution by rounding only. bf16 (on CPUs with AVX-512 BF16 and no AMX, where
-// oneDNN 2.6 has no bf16 Winograd) takes the same routes through WinogradF23Bf16: its U (16 x C
-// x K bf16) transformed on every call, its weight gradient's V and Z in bf16 and their
-// products summed in f32, in smaller chunks (kWgradChunkBytesBf16). Its error is about twice
-// the direct bf16 conv's (winograd_f23_bf16.h).
+// faster (winograd_f43.cpp; bench/results/cpu/2026-11-28-avx2-epyc/own_winograd_f43_train.md). The
+// backward-data conv of a stride-1 pad-1 3x3 conv is itself one, with the weights transposed and
+// rotated, so one op serves both. The weights change every step: U is transformed from them on
+// every call (36 x C x K floats, about 1/300 of the conv's work at ResNet-50's batch 32). The
+// weight gradient is the same algorithm transposed (winograd_f43.h, weight_grad_from_products): the
+// input tiles' V as in the forward, the output gradient's tiles through A instead of A^T, their 36
+// products summed over all tiles by one batched matmul per chunk, and G^T M G at the end. Results
+// differ from the direct convolution by rounding only. bf16 (on CPUs with AVX-512 BF16 and no AMX,
+// where oneDNN 2.6 has no bf16 Winograd) takes the same routes through WinogradF23Bf16: its U (16 x
+// C x K bf16) transformed on every call, its weight gradient's V and Z in bf16 and their products
+// summed in f32, in smaller chunks (kWgradChunkBytesBf16). Its error is about twice the direct bf16
+// conv's (winograd_f23_bf16.h).
 #include "backend/cpu/conv_winograd.h"
 
 #include <omp.h>
@@ -39,12 +39,9 @@ size_t g_wgrad_chunk_override = 0;  ///< set_winograd_wgrad_chunk_bytes (0: none
 /// Bytes of V and Z per chunk of the weight gradient's tiles: the chunk's transforms are
 /// written and then read by the products while they still sit in the caches (L3 here)...
 constexpr size_t kWgradChunkBytes = size_t{16} << 20;
-/// The same for bf16 (F(2x2, 3x3): 16 positions of 2 bytes per channel of a tile, V and Z).
-/// bench_micro's BM_Conv3x3TrainBf16/own:1/pass:2 at batch 32, 2-core AVX-512 EPYC, ms, medians
-/// of 3, by chunk bytes (64 ch at 56x56, 128 at 28x28, 256 at 14x14): 1 MiB 18.8, 12.5, 9.99;
-/// 2 MiB 16.9, 11.1, 10.1; 4 MiB 12.8 and 14.2, 10.5 and 10.8, 10.8 and 11.1; 8 MiB 13.1,
-/// 11.9, 11.6; 16 MiB 17.6, 14.4, 11.4; 64 MiB 19.6, 15.1, 12.4. oneDNN's direct kernel: 21.9,
-/// 18.4, 17.8.
+/// The same for bf16 (F(2x2, 3x3): 16 positions of 2 bytes per channel of a tile, V and Z):
+/// 4 MiB, the best of 1 to 64 MiB over ResNet-50's shapes taken together (measured in
+/// bench/results/cpu/2026-11-29-zen4-epyc/own_winograd_f23_bf16_chunks.md).
 constexpr size_t kWgradChunkBytesBf16 = size_t{4} << 20;
 /// ... but at least this many tiles per chunk: every chunk's products read and write all of M
 /// (36 C K floats, 38 MiB at 512 channels), 8 bytes per 2 x rows FLOPs of each element.

@@ -121,7 +121,8 @@ void gemm_f32_panels(int64_t rows, int64_t C, const float* a, int64_t lda, const
   // group every block of kMR rows, so that the group's panel is read from memory once and from
   // L1 by the other blocks. (Prefetching the next panel into L2 while the first block runs,
   // and the loops the other way round, rows outside, panels from L2, measured no faster and
-  // 1.2x slower on one image's 256-channel 14x14 conv with U from memory.)
+  // slower on one image's 256-channel 14x14 conv with U from memory:
+  // bench/results/cpu/2026-12-01-avx2-epyc/own_winograd_f43_panel_gemm.md.)
   const bool avx2 = cpu_info().avx2_fma();
   for (int64_t k = k0; k < k0 + kt;) {
     const int64_t p0 = k / kPanelCols * kPanelCols, width = std::min(kPanelCols, K - p0);

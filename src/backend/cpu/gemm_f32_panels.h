@@ -4,9 +4,9 @@
 // transformed weights.
 // Why not oneDNN's matmul: oneDNN 2.6's gemm:jit (the only f32 matmul it has on AVX2) packs U
 // into its own blocked layout on every call. With few rows (one image's 256-channel 14x14 conv:
-// 16 tiles per chunk) that packing is most of the call: in ResNet-50 at batch 1 the five
-// 256-channel convs' products ran at 22 GFLOP/s per core (ONEDNN_VERBOSE, 2-core AVX2 EPYC),
-// 1.7 ms per conv against 0.5 ms to read their U from memory once. Here U is read in place:
+// 16 tiles per chunk) that packing is most of the call, well beyond the time to read U from
+// memory once (measured with ONEDNN_VERBOSE in
+// bench/results/cpu/2026-12-01-avx2-epyc/own_winograd_f43_panel_gemm.md). Here U is read in place:
 // each panel (C rows of 16 contiguous floats) streams in once per chunk and stays in L1/L2
 // while every block of rows is multiplied by it.
 #pragma once

@@ -14,8 +14,8 @@ namespace {
 /// The normalisation loops on destination element type T (float, or bf16 bits rounded once
 /// from the float result). A pixel value has 256 possible values per channel, so the result is
 /// looked up in a 3 x 256 table computed with the formula above (the same bits as evaluating it
-/// per pixel, without its two float divisions per value: 6.6-9.8 -> 1.4-1.5 ms for a bf16 batch
-/// of 32 at 224 px on 2 cores).
+/// per pixel, without its two float divisions per value; measured several times faster:
+/// bench/results/cpu/2026-11-27-sapphire-rapids/input_normalize_lut.md).
 template <class T>
 void normalize_loops(const Tensor& src, const std::array<float, 3>& mean,
                      const std::array<float, 3>& std, Tensor& dst) {

@@ -64,9 +64,8 @@ memory::desc pooled_md(const Tensor& x) {
 /// zeros for rows no window selected from) as soon as it is final. Summation order is that of
 /// the output pixels, as in torch. The argmax is kept as the pixel's offset in the ring, found
 /// once per window tap. The previous loop (a flat ih * W + iw argmax split by two integer
-/// divisions per element, and a whole-tensor float accumulator in bf16) took 33.7 ms (bf16)
-/// and 24.3 ms (fp32) of a ResNet-50 step at batch 32 on 2 Sapphire Rapids cores; this one
-/// 13.7 and 17.1 (medians of 3 alternating --profile runs).
+/// divisions per element, and a whole-tensor float accumulator in bf16) was measured slower in
+/// a ResNet-50 step, bf16 and fp32: bench/results/cpu/2026-11-26-sapphire-rapids/maxpool_bwd.md.
 template <class T>
 void maxpool_bwd_loop(const Pool2dParams& p, const Tensor& x, const Tensor& dy, Tensor& dx) {
   const int64_t N = x.n(), C = x.c(), H = x.h(), W = x.w(), OH = dy.h(), OW = dy.w();

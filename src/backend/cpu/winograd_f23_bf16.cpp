@@ -1,9 +1,9 @@
 // rn50: bf16 Winograd F(2x2, 3x3) on oneDNN's batched bf16 matmul (WinogradF23Bf16,
 // winograd_f23_bf16.h).
 // Why: oneDNN 2.6 has no bf16 Winograd; its direct avx512_core_bf16 kernel ran ResNet-50's 3x3
-// stride-1 convs at batch 32 in 15.5-16.7 ms each (forward) on a 2-core AVX-512 EPYC, and the
-// three directions of these 13 convs were over a quarter of a bf16 training step (issue 33's
-// profile). F(2x2, 3x3) is the largest tile whose error bf16 affords (F(4x4, 3x3), which the
+// stride-1 convs, and the three directions of these 13 convs were a large share of a bf16
+// training step (bench/results/cpu/2026-11-29-zen4-epyc/own_winograd_f23_bf16.md). F(2x2, 3x3)
+// is the largest tile whose error bf16 affords (F(4x4, 3x3), which the
 // f32 op uses, was 5x worse). The transforms are ours, 16 channels per AVX-512 register in f32
 // (vcvtneps2bf16 rounds V once); the products are oneDNN's. The transforms are compiled for
 // AVX-512 BF16 in their own region (core/isa_region.h) and run where cpu_info() has it (and no
@@ -195,22 +195,18 @@ bool WinogradF23Bf16::fits(const Shape& s) {
          s.h > 0 && s.w > 0;
 }
 
-// bench_micro's BM_Conv3x3TrainBf16 forward at batch 1 on 2 threads (oneDNN direct / ours with
-// its per-call weight transform, ms, medians of 5): 64 ch at 56x56 (392 tiles per thread)
-// 0.527 / 0.431, 128 at 28x28 (98) 0.509 / 0.558, 256 at 14x14 (25) 0.562 / 1.59: with few
-// tiles per chunk every chunk's matmul reads all of U for a few rows.
+// At least kMinTilesPerThread tiles per thread: with few tiles per chunk every chunk's matmul
+// reads all of U for a few rows, and oneDNN's direct kernel was measured faster
+// (bench/results/cpu/2026-11-29-zen4-epyc/own_winograd_f23_bf16_min_tiles.md).
 bool WinogradF23Bf16::worthwhile(const Shape& s) {
   return fits(s) && tiles(s) >= kMinTilesPerThread * std::max(1, omp_get_max_threads());
 }
 
 int64_t WinogradF23Bf16::tiles(const Shape& s) { return s.n * ((s.h + 1) / 2) * ((s.w + 1) / 2); }
 
-// bench_micro's BM_Conv3x3TrainBf16/own:1 at batch 32 on a 2-core AVX-512 EPYC (L2 1 MiB per
-// core), forward, ms, medians of 3 by most tiles per chunk (the V and M of a tile: 6, 12, 24
-// KiB at 64, 128, 256 channels): 64 ch at 56x56 48: 14.4, 96: 14.4, 160: 13.1 / 12.8 / 12.8,
-// 384: 12.5 / 13.0; 128 ch at 28x28 48: 11.7, 96: 10.9, 128: 9.84 / 10.3, 192: 9.59 / 10.8,
-// 256: 9.96 / 10.0 / 10.5; 256 ch at 14x14 48: 11.6, 96: 10.4, 160: 12.7, 256: 10.9. So about
-// 2 MiB of V and M per chunk: 341, 170 and 85 tiles.
+// About 2 MiB of V and M per chunk (kChunkBytes; the V and M of a tile: 6, 12, 24 KiB at 64,
+// 128, 256 channels, so 341, 170 and 85 tiles), measured the best size in
+// bench/results/cpu/2026-11-29-zen4-epyc/own_winograd_f23_bf16_chunks.md.
 int64_t WinogradF23Bf16::chunk_tiles(const Shape& s) {
   const int64_t nthr = std::max(1, omp_get_max_threads());
   const int64_t p = tiles(s), even = (p + nthr - 1) / nthr;
@@ -231,8 +227,8 @@ void transform_weights(const T* w, int64_t c, int64_t k, WinogradF23Bf16::Weight
   const bool bwd = order == WeightOrder::oihw_bwd_data || order == WeightOrder::ohwi_bwd_data;
   const bool ohwi = order == WeightOrder::ohwi || order == WeightOrder::ohwi_bwd_data;
   // Blocks of 16 output channels (32 bytes of U per (xi, ci)). One output channel at a time
-  // wrote U with a stride of K: 0.86 ms per call of a 256-channel layer, 19 ms of a bf16
-  // training step.
+  // wrote U with a stride of K, measured slower:
+  // bench/results/cpu/2026-11-29-zen4-epyc/own_winograd_f23_bf16_weight_transform.md.
   constexpr int64_t kB = kKernelBlock;
   for_each_kernel_block(w, c, k, bwd, ohwi, [&](int64_t k0, int64_t nl, int64_t ci,
                                                 const float (&g)[3][3][kB]) {

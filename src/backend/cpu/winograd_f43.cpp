@@ -1,11 +1,11 @@
 // rn50: Winograd F(4x4, 3x3) with our own products (WinogradF43Conv, winograd_f43.h).
 // Why: oneDNN 2.6 implements Winograd only with AVX-512 (jit_avx512_core_f32_wino_conv_4x3);
-// on AVX2-only CPUs its direct jit:avx2 kernel runs ResNet-50's 3x3 stride-1 convs at 99-126
-// GFLOP/s on a 2-core EPYC whose fp32 peak (rn50 bench peak) is 144, and they were half of the
-// conv time of a batch-32 inference. The transforms are ours, vectorised over nChw8c's 8
-// channels of one block (one AVX2 register per row element); the products are our panel GEMM
-// (gemm_f32_panels.h) on U packed in its panels: oneDNN's batched matmul, which this op first
-// ran on, packed U anew on every call.
+// on AVX2-only CPUs its direct jit:avx2 kernel runs ResNet-50's 3x3 stride-1 convs, a large
+// share of a batch-32 inference's conv time (measured in
+// bench/results/cpu/2026-11-27-avx2-epyc/own_winograd_f43_infer.md). The transforms are ours,
+// vectorised over nChw8c's 8 channels of one block (one AVX2 register per row element); the
+// products are our panel GEMM (gemm_f32_panels.h) on U packed in its panels: oneDNN's batched
+// matmul, which this op first ran on, packed U anew on every call.
 #include "backend/cpu/winograd_f43.h"
 
 #include <omp.h>
@@ -89,9 +89,8 @@ WinogradF43Conv::Split WinogradF43Conv::split(const Shape& s) {
   if (even >= kMinChunkTiles || nthr == 1 || s.k % kL != 0) {
     if (g_chunk_override) return {std::clamp<int64_t>(even, 1, cap), 1};
     // Every thread as many equal chunks: one 64-channel 56x56 image's 196 tiles on 2 threads
-    // as 4 x 49, not 64, 64, 64, 4, which left one thread 128 tiles and the other 68
-    // (BM_Conv3x3InferF32/wino:1/n:1/shape:1/cold:0, three runs each: 1.20, 1.26, 1.31 ms
-    // against 1.37, 1.47, 1.44 in chunks of 64).
+    // as 4 x 49, not 64, 64, 64, 4, which left one thread 128 tiles and the other 68 (measured
+    // in bench/results/cpu/2026-11-28-avx2-epyc/own_winograd_f43_chunks.md).
     const int64_t per_thread = (even + cap - 1) / cap;
     return {(even + per_thread - 1) / per_thread, 1};
   }
@@ -102,25 +101,16 @@ WinogradF43Conv::Split WinogradF43Conv::split(const Shape& s) {
   return {chunk, parts};
 }
 
-// bench_micro's BM_Conv3x3InferF32 on a 2-core AVX2 EPYC (oneDNN 2.6.3), ms per call, oneDNN's
-// direct jit:avx2 / this op, the caches evicted before each call but for the input (cold:1, as
-// a layer's weights are inside the network at small batches), two runs of medians of 3, at
-// batch 1, 2 and 4 (tiles per chunk and thread in brackets, x2: output channels in 2 parts):
-//   64ch 56x56   1.67, 1.70 / 1.34, 1.32 [49];  3.46, 3.17 / 2.22, 2.12;  5.95, 5.88 / 4.09, 4.71
-//   128ch 28x28  2.20, 1.73 / 1.42, 1.31 [25];  3.52, 3.14 / 2.25, 2.31;  6.72, 5.95 / 4.31, 4.27
-//   256ch 14x14  1.79, 1.88 / 1.99, 1.60 [16x2]; 4.30, 4.31 / 3.02, 2.82; 6.80, 7.50 / 5.01, 4.42
-//   512ch 7x7    2.54, 2.42 / 3.12, 3.29 [4x2];  5.02, 5.79 / 3.61, 4.17 [8x2]; 9.16, 8.69 /
-//                5.57, 5.34 [16x2]
-// and at batch 32 (warm; [64]) 29.8, 30.4 / 26.0, 22.5 / 35.7, 35.4 / 28.7, 26.5 against the
-// direct kernel's 51.6, 66.4, 51.3, 54.6 (one run). With its products on oneDNN's batched
-// matmul, which packed U anew for every call, this op lost at batch 1 at 64, 256 and 512
-// channels (2.02, 3.05, 8.72 ms in the same runs) and at 512 up to batch 4. Every task's
-// products read its part of U (36 C K floats: 9.4 MiB at 256 channels, 38 MiB at 512) from
-// memory, 4x the direct conv's weights: only one image's 512-channel 7x7 conv, 4 tiles, loses.
-// So, with U transformed once: chunks of 8 tiles or more, of layers at least one tile (4x4
-// outputs) wide and high: a 2x2 or 1x1 layer (ResNet's layer4 at crops of 64 px or less) would
-// spend a tile's 36 products per channel pair on 4 or 1 outputs, where the direct conv spends 9
-// per output.
+// This op with U transformed once, measured against oneDNN's direct jit:avx2 kernel at batch 1, 2,
+// 4 (the caches evicted but for the input, as a layer's weights are inside the network at small
+// batches) and 32: bench/results/cpu/2026-12-01-avx2-epyc/own_winograd_f43_cached_rule.md. (With
+// its products on oneDNN's batched matmul, which packed U anew for every call, this op lost at
+// batch 1 and, at 512 channels, up to batch 4.) Every task's products read its part of U (36 C K
+// floats: 9.4 MiB at 256 channels, 38 MiB at 512) from memory, 4x the direct conv's weights: only
+// one image's 512-channel 7x7 conv, 4 tiles, loses. So, with U transformed once: chunks of 8 tiles
+// or more, of layers at least one tile (4x4 outputs) wide and high: a 2x2 or 1x1 layer (ResNet's
+// layer4 at crops of 64 px or less) would spend a tile's 36 products per channel pair on 4 or 1
+// outputs, where the direct conv spends 9 per output.
 bool WinogradF43Conv::worthwhile_cached(const Shape& s) {
   if (s.c % kL != 0 || s.k % kL != 0 || s.h < 4 || s.w < 4) return false;
   return split(s).chunk_tiles >= 8;
@@ -129,27 +119,21 @@ bool WinogradF43Conv::worthwhile_cached(const Shape& s) {
 // With U transformed on every call (the backend's forward and backward data, whose weights
 // change every training step), each call also reads the weights and writes all of U (4x the
 // weights) before a product runs: the rule measured when this op's products were oneDNN's
-// matmul, which likewise packed U anew on every call (BM_Conv3x3InferF32, direct jit:avx2 /
-// this op, ms, batch 1: 128ch 28x28 1.79 / 0.98 [25 tiles per chunk], 256ch 14x14 1.85 / 1.69
-// [16x2], 512ch 7x7 2.51 / 6.85 [4x2]; batch 2, 512ch 5.20 / 9.36 [8x2]; batch 4, 512ch 8.86 /
-// 14.8 [16x2]; batch 32, 512ch 93.1 / 33.7 [64]): chunks of 48 tiles or more, and of 16 or more
-// up to 256 x 256 channels. Taking the cached rule here instead (b66cd50) sent the tiny
-// training runs' 128- to 512-channel layers of 8 tiles to this op, where transforming U took
-// three quarters of their steps.
+// matmul, which likewise packed U anew on every call
+// (bench/results/cpu/2026-11-27-avx2-epyc/own_winograd_f43_per_call_rule.md): chunks of 48
+// tiles or more, and of 16 or more up to 256 x 256 channels. Taking the cached rule here
+// instead (b66cd50) sent the tiny training runs' 128- to 512-channel layers of 8 tiles to this
+// op, where transforming U took most of their steps.
 bool WinogradF43Conv::worthwhile(const Shape& s) {
   if (s.c % kL != 0 || s.k % kL != 0) return false;
   const int64_t rows = split(s).chunk_tiles;
   return rows >= 48 || (s.c * s.k <= 256 * 256 && rows >= kMinChunkTiles);
 }
 
-// bench_micro's BM_Conv3x3TrainF32/<own>/pass:2/<n> on a 2-core AVX2 EPYC, ms per call,
-// im2col + matmuls / this. Batch 32 (one run): 64ch 56x56 108 / 64.7, 128ch 28x28 117 / 42.8,
-// 256ch 14x14 71.0 / 37.6, 512ch 7x7 97.9 / 64.3. Small batches (medians of 3): 64ch 56x56
-// n 1 (196 tiles) 2.08 / 1.14; 128ch 28x28 n 1 (49 tiles) 2.63 / 1.58; 256ch 14x14 n 1 (16)
-// 2.55 / 4.48, n 2 (32) 4.68 / 5.54, n 4 (64) 10.1 / 7.83; 512ch 7x7 n 8 (32) 17.8 / 24.0,
-// n 16 (64) 34.5 / 32.5, n 32 (128) 70.6 / 64.0. This one's fixed cost grows with C x K (M is
-// 36 C K floats, written and transformed whatever the tile count), so the widest layers need
-// more tiles before it pays.
+// Against im2col + matmuls, measured in
+// bench/results/cpu/2026-11-28-avx2-epyc/own_winograd_f43_wgrad.md. This one's fixed cost grows
+// with C x K (M is 36 C K floats, written and transformed whatever the tile count), so the widest
+// layers need more tiles before it pays.
 bool WinogradF43Conv::weight_grad_worthwhile(const Shape& s) {
   if (s.c % kL != 0 || s.k % kL != 0) return false;
   const int64_t n = tiles(s);
@@ -285,7 +269,8 @@ void WinogradF43Conv::run(const float* x, float* y) {
   // Few tiles, the output channels in parts: the team transforms each chunk's tiles once,
   // split between its threads, into one V (the calling thread's scratch, which is the team's
   // thread 0), then each thread its parts. Each thread transforming the whole chunk itself,
-  // one image's 256-channel 14x14 conv spent 0.25 ms of its 1.5 ms on the input transform.
+  // the input transform was a sizeable share of one image's 256-channel 14x14 conv
+  // (bench/results/cpu/2026-12-01-avx2-epyc/own_winograd_f43_panel_gemm.md).
   float* shared_v = thread_scratch(0, static_cast<size_t>(36 * im.vpos));
 #pragma omp parallel num_threads(im.nthr)
   {

@@ -44,8 +44,8 @@ class WinogradF43Conv {
   /// W transposed and rotated: W'[c][k][r][q] = W[k][c][2 - r][2 - q].
   enum class WeightOrder { oihw, ohwi, oihw_bwd_data, ohwi_bwd_data };
   /// Most tiles per chunk: V and M of a 512-channel chunk are 4.5 MiB each; the prototype of
-  /// this op (on oneDNN 2.6's gemm:jit, AVX2) ran 64-tile chunks 1.2-1.35x faster than one
-  /// whole-tensor product at ResNet-50's 128- and 256-channel shapes, batch 32.
+  /// this op (on oneDNN 2.6's gemm:jit, AVX2) ran 64-tile chunks faster than one whole-tensor
+  /// product (bench/results/cpu/2026-11-27-avx2-epyc/own_winograd_f43_infer.md).
   static constexpr int64_t kMaxChunkTiles = 64;
 
   /// The transformed weights of W (K, C, 3, 3) f32 OIHW: U (36, C, K) f32, U[xi] = G g G^T at
