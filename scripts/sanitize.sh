@@ -21,7 +21,8 @@
 # run with full unwinding on each malloc (fast_unwind_on_malloc=0) so that OpenMPI's leaks show
 # their libmpi frames and match those suppressions instead of ending in frame-pointer-less code.
 # Tests run several at a time (RN50_TEST_JOBS, as in scripts/test.sh); the two MPI tests are
-# RUN_SERIAL (CMakeLists.txt) and run one after the other.
+# RUN_SERIAL (CMakeLists.txt) and run one after the other. OpenMP threads wait passively, as in
+# scripts/test.sh (which says why).
 #   bash scripts/sanitize.sh [ctest args...]      e.g. -R test_data (then one run, as given)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,7 @@ cmake --build "$B" -j "$(nproc)"
 supp="$PWD/tests/sanitizers/lsan.supp"
 export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:strict_string_checks=1:check_initialization_order=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export LSAN_OPTIONS="suppressions=$supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 if [ $# -gt 0 ]; then
   ctest --test-dir "$B" --output-on-failure "$@"
