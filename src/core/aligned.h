@@ -1,10 +1,8 @@
 // rn50: host vectors whose data starts on a 64-byte boundary (a cache line, an AVX-512 vector).
 // A plain std::vector gets its large blocks from malloc's mmap path, which starts them 16 bytes
-// into a page: every 64-byte load and store of a kernel then spans two cache lines. Measured on
-// a 2-core Zen 5 EPYC, oneDNN 2.6, batch 32 at 56x56, a bf16 1x1 conv 64 -> 256 channels with
-// its NHWC tensors 16 bytes off a line against on one: 5.00 against 4.55 ms (median of 12), with
-// a fused residual add 7.47 against 5.73 ms. Use these for activation buffers, packed operands
-// and per-thread scratch that kernels stream through.
+// into a page: every 64-byte load and store of a kernel then spans two cache lines, which
+// measured slower (bench/results/cpu/2026-12-03-zen5-epyc/aligned_buffers.md). Use these for
+// activation buffers, packed operands and per-thread scratch that kernels stream through.
 #pragma once
 
 #include <cstddef>
