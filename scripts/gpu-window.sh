@@ -17,7 +17,11 @@
 #             (batch 64, fp16 AMP): loss at steps 10/50/100 and val top-1 side by side
 #   infer     the GPU engine vs torch at batch 1, 64, 256, fp16 (device-resident inputs)
 #   extras    bf16 training pair, rn50 with RN50_CUDNN_NONDET=1 (cudnn.benchmark's choice: the
-#             A/B against the deterministic default), compute-sanitizer on the conv/BN cases
+#             A/B against the deterministic default), rn50 with RN50_CUDA_BN_JOIN=fused (the
+#             fused BN + residual join), RN50_CUDA_BN_COEFFS=registers (fixed-channel BN
+#             apply passes) and RN50_CUDA_MAXPOOL_BWD=indices (max-pool backward from saved
+#             indices), one A/B row each, once their op cases passed (right after ops),
+#             compute-sanitizer on the conv/BN cases
 # Decision rules: if the op harness fails, the speed stages are skipped (correctness only); if
 # the training ratio is below 0.3, the convergence run is shortened and the kernel tables get
 # the time. Every rn50 run shares RN50_CUDNN_CACHE (the search is paid once) and logs its
@@ -243,6 +247,26 @@ ops_rc=$?
 ops_ok=0; [ $ops_rc = 0 ] && ops_ok=1
 [ $ops_ok = 1 ] || failed=1
 say "ops: $([ $ops_ok = 1 ] && echo passed || echo "FAILED (rc $ops_rc): speed stages skipped") $(tr '\n' ' ' < "$LOG/ops.log")"
+# The A/B switches of the CUDA step (each off by default; issue 70): RN50_CUDA_BN_JOIN=fused
+# (the fused BN + residual join), RN50_CUDA_BN_COEFFS=registers (fixed-channel BN apply
+# passes), RN50_CUDA_MAXPOOL_BWD=indices (max-pool backward from saved indices): the BN and
+# max-pool op cases with all on; a failure here skips only their A/B rows in extras.
+SWITCHES="RN50_CUDA_BN_JOIN=fused RN50_CUDA_BN_COEFFS=registers RN50_CUDA_MAXPOOL_BWD=indices"
+bnsw_ok=0
+switch_ops() {
+  local rc=0
+  env $SWITCHES "$BUILD/test_ops_conv_bn" --gtest_filter='*BatchNorm*cuda*' || rc=1
+  env $SWITCHES "$BUILD/test_ops_eltwise_pool_linear" --gtest_filter='*MaxPool*cuda*' || rc=1
+  return $rc
+}
+export -f switch_ops
+export SWITCHES
+if [ $ops_ok = 1 ]; then
+  step ops_switches 40 switch_ops && bnsw_ok=1
+  grep -qE '^\[  PASSED  \] 0 tests' "$LOG/ops_switches.log" && bnsw_ok=0
+  say "ops with $SWITCHES: $([ $bnsw_ok = 1 ] && echo passed || echo FAILED)" \
+    "$(grep -E '^\[  (PASSED|FAILED) +\] [0-9]+ tests?' "$LOG/ops_switches.log" | tr '\n' ' ')"
+fi
 
 # ---- tests: the GPU tests, four at a time ----
 # NAME FILTER: the binary and its gtest filter (the CUDA cases of the mixed ones).
@@ -383,6 +407,20 @@ if [ $ops_ok = 1 ]; then
     say "RN50_CUDNN_NONDET=1 fp16 b256: $(grep -o 'train.ips [0-9.]* img/s' "$LOG/nondet.log")" \
       "(deterministic, stage train: $(grep -oE 'rn50 [0-9.]+ img/s' "$LOG/train.log" | head -1))"
 fi
+# One A/B row per switch, each against the default of the train stage.
+ab_switch() {  # NAME ENV=VALUE
+  env "$2" "$BUILD/rn50" train --benchmark --data synthetic --device cuda --amp --batch-size 256 \
+    --benchmark-steps "$STEPS" --benchmark-warmup-steps "$WARMUP"
+}
+export -f ab_switch
+export bnsw_ok STEPS WARMUP
+for sw in $SWITCHES; do
+  [ $bnsw_ok = 1 ] || break
+  name=ab_${sw%%=*}
+  step "$name" 60 ab_switch "$name" "$sw" &&
+    say "$sw fp16 b256: $(grep -o 'train.ips [0-9.]* img/s' "$LOG/$name.log")" \
+      "(default, stage train: $(grep -oE 'rn50 [0-9.]+ img/s' "$LOG/train.log" | head -1))"
+done
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2> /dev/null | head -1)
 if [ -n "$SAN" ]; then
   step sanitizer 60 "$SAN" --tool memcheck --error-exitcode 3 "$BUILD/test_ops_conv_bn" \

@@ -3,7 +3,9 @@
 // stride-2 stem with 3 input channels, odd sizes and channel counts) with the weights in both
 // layouts; batchnorm training forward (y, saved and running statistics), inference forward and
 // backward, each with and without the fused ReLU, and the backward after the backend's own
-// forward (where it may reuse the forward's ReLU mask). Every backend but "ref" against "ref".
+// forward (where it may reuse the forward's ReLU mask); where a backend fuses a block's last BN
+// with its residual join (supports(Op::batchnorm_add_relu)), the fused forward and backward
+// against the reference's BN, add_relu and add_relu_bwd. Every backend but "ref" against "ref".
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -207,6 +209,72 @@ TEST_P(OpsBackend, BatchNormFwdThenBwd) {
         check("batchnorm_bwd dgamma", dg, dgr, tol(kBnBwd));
         check("batchnorm_bwd dbeta", db, dbr, tol(kBnBwd));
       }
+    }
+}
+
+// A block's last BN fused with its residual join: y = max(BN(x) + residual, 0), rounded once;
+// against the reference's BN (no ReLU) then add_relu, in f64 on the same rounded inputs.
+TEST_P(OpsBackend, BatchNormAddReluFwdTrain) {
+  REQUIRE_OP(Op::batchnorm_add_relu);
+  for (const BnShape& s : kBnShapes) {
+    SCOPED_TRACE(bn_name(s, true));
+    BatchNormParams p;  // p.relu is ignored by the fused op: the ReLU follows the add
+    Tensor x = rand({s.N, s.C, s.H, s.W}, -0.5, 1.5), res = rand(x.shape());
+    Tensor g = rand({s.C}, 0.5, 1.5), b = rand({s.C}, -0.5, 0.5);
+    Tensor rm0 = rand({s.C}, -0.2, 0.2), rv0 = rand({s.C}, 0.5, 2);
+    Tensor rm = up(rm0, F32, NCHW), rv = up(rv0, F32, NCHW);
+    Tensor y = out(x.shape(), dt(), lay()), sm = out({s.C}, F32), sv = out({s.C}, F32);
+    be().batchnorm_add_relu_fwd_train(p, up(x, dt(), lay()), up(res, dt(), lay()),
+                                      up(g, F32, NCHW), up(b, F32, NCHW), rm, rv, y, sm, sv);
+    Tensor rmr = rin(rm0, F32, NCHW), rvr = rin(rv0, F32, NCHW);
+    Tensor bn = rout(x.shape()), yr = rout(x.shape()), smr = rout({s.C}), svr = rout({s.C});
+    ref().batchnorm_fwd_train(p, rin(x, dt(), lay()), rin(g, F32, NCHW), rin(b, F32, NCHW), rmr,
+                              rvr, bn, smr, svr);
+    ref().add_relu_fwd(bn, rin(res, dt(), lay()), yr);
+    check("batchnorm_add_relu_fwd_train y", y, yr, tol(kBnFwd));
+    check("batchnorm_add_relu_fwd_train save_mean", sm, smr, tol(kBnFwd));
+    check("batchnorm_add_relu_fwd_train save_var", sv, svr, tol(kBnFwd));
+    check("batchnorm_add_relu_fwd_train running_mean", rm, rmr, tol(kBnFwd));
+    check("batchnorm_add_relu_fwd_train running_var", rv, rvr, tol(kBnFwd));
+  }
+}
+
+// Its backward: dres = y > 0 ? g1 + g2 : 0 (g2 given or not), and BN's backward on dres, against
+// the reference's add_relu_bwd / relu_bwd then batchnorm_bwd (no ReLU), on the same y.
+TEST_P(OpsBackend, BatchNormAddReluBwd) {
+  REQUIRE_OP(Op::batchnorm_add_relu);
+  for (const BnShape& s : kBnShapes)
+    for (bool two_parts : {true, false}) {
+      SCOPED_TRACE(bn_name(s, true) + (two_parts ? " g1 + g2" : " g1 only"));
+      BatchNormParams p;
+      Tensor x = rand({s.N, s.C, s.H, s.W}, -0.5, 1.5), res = rand(x.shape());
+      Tensor g = rand({s.C}, 0.5, 1.5), b = rand({s.C}, -0.5, 0.5);
+      Tensor g1 = rand(x.shape()), g2 = rand(x.shape());
+      // The join's forward on the reference; both sides get the same y and statistics.
+      Tensor rm = Tensor::zeros({s.C}, F64), rv = Tensor::zeros({s.C}, F64);
+      Tensor bn = rout(x.shape()), y64 = rout(x.shape()), sm64 = rout({s.C}), sv64 = rout({s.C});
+      ref().batchnorm_fwd_train(p, rin(x, dt(), NCHW), rin(g, F32, NCHW), rin(b, F32, NCHW), rm,
+                                rv, bn, sm64, sv64);
+      ref().add_relu_fwd(bn, rin(res, dt(), NCHW), y64);
+      Tensor y = host32(y64), sm = host32(sm64), sv = host32(sv64);
+      Tensor dres = out(x.shape(), dt(), lay()), dx = out(x.shape(), dt(), lay());
+      Tensor dg = out({s.C}, F32), db = out({s.C}, F32);
+      be().batchnorm_add_relu_bwd(p, up(x, dt(), lay()), up(y, dt(), lay()),
+                                  up(g1, dt(), lay()), two_parts ? up(g2, dt(), lay()) : Tensor(),
+                                  up(g, F32, NCHW), up(sm, F32, NCHW), up(sv, F32, NCHW), dres, dx,
+                                  dg, db);
+      Tensor dresr = rout(x.shape()), dxr = rout(x.shape()), dgr = rout({s.C}), dbr = rout({s.C});
+      const Tensor yr = rin(y, dt(), lay());
+      if (two_parts)
+        ref().add_relu_bwd(yr, rin(g1, dt(), lay()), rin(g2, dt(), lay()), dresr);
+      else
+        ref().relu_bwd(yr, rin(g1, dt(), lay()), dresr);
+      ref().batchnorm_bwd(p, rin(x, dt(), lay()), yr, dresr, rin(g, F32, NCHW),
+                          rin(sm, F32, NCHW), rin(sv, F32, NCHW), dxr, dgr, dbr);
+      check("batchnorm_add_relu_bwd dres", dres, dresr, tol(kExact1));
+      check("batchnorm_add_relu_bwd dx", dx, dxr, tol(kBnBwd));
+      check("batchnorm_add_relu_bwd dgamma", dg, dgr, tol(kBnBwd));
+      check("batchnorm_add_relu_bwd dbeta", db, dbr, tol(kBnBwd));
     }
 }
 

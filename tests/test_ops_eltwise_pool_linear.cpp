@@ -1,7 +1,8 @@
 // Op harness (see op_backend_fixture.h), elementwise ops, pooling and the linear layer: relu
 // forward and backward, add and add_relu (forward and backward, also in place), inputs and
-// outputs in mixed layouts, max pooling (forward and backward, no ties) and global average
-// pooling, linear forward and backward (also without dx). Every backend but "ref" against "ref".
+// outputs in mixed layouts, max pooling (forward and backward, no ties; the backward also after
+// the backend's own forward) and global average pooling, linear forward and backward (also
+// without dx). Every backend but "ref" against "ref".
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -142,6 +143,40 @@ TEST_P(OpsBackend, MaxPool) {
     Tensor dxr = rout(x.shape());
     ref().maxpool2d_bwd(p, rin(x, dt(), lay()), rin(yh, dt(), lay()), rin(dy, dt(), lay()), dxr);
     check("maxpool2d_bwd dx", dx, dxr, tol(kMaxPoolBwd));
+  }
+}
+
+// The backend's own forward, then its backward on the same x and on the forward's y (where a
+// backend may read argmax indices its forward saved: CUDA's RN50_CUDA_MAXPOOL_BWD=indices), and
+// again on a copy of y (where it must not), each against the reference backward.
+TEST_P(OpsBackend, MaxPoolFwdThenBwd) {
+  REQUIRE_OP(Op::maxpool2d);
+  for (const PoolCase& pc : kPoolCases) {
+    const Pool2dParams& p = pc.p;
+    SCOPED_TRACE(::testing::Message() << "(" << pc.N << "," << pc.C << "," << pc.H << "," << pc.W
+                                      << ") k" << p.kernel << " s" << p.stride << " p" << p.pad);
+    const int64_t OH = (pc.H + 2 * p.pad - p.kernel) / p.stride + 1;
+    const int64_t OW = (pc.W + 2 * p.pad - p.kernel) / p.stride + 1;
+    Tensor x = Tensor::empty({pc.N, pc.C, pc.H, pc.W}, F32);  // distinct values, as above
+    std::vector<float> ramp(static_cast<size_t>(x.numel()));
+    for (size_t i = 0; i < ramp.size(); ++i)
+      ramp[i] = (static_cast<float>(i) - static_cast<float>(ramp.size() / 2)) / 1024.f;
+    std::shuffle(ramp.begin(), ramp.end(), rng_);
+    std::copy(ramp.begin(), ramp.end(), x.data_as<float>());
+    const Tensor xd = up(x, dt(), lay());
+    Tensor y = out({pc.N, pc.C, OH, OW}, dt(), lay());
+    be().maxpool2d_fwd(p, xd, y);
+    const Tensor yh = test::download(be(), y), dy = rand(y.shape());
+    const Tensor dyd = up(dy, dt(), lay()), y_copy = up(yh, dt(), lay());
+    Tensor dxr = rout(x.shape());
+    ref().maxpool2d_bwd(p, rin(x, dt(), lay()), convert(yh, F64, lay()), rin(dy, dt(), lay()),
+                        dxr);
+    for (int r = 0; r < 2; ++r) {
+      SCOPED_TRACE(r == 0 ? "the forward's y" : "a copy of y");
+      Tensor dx = out(x.shape(), dt(), lay());
+      be().maxpool2d_bwd(p, xd, r == 0 ? y : y_copy, dyd, dx);
+      check("maxpool2d_bwd dx", dx, dxr, tol(kMaxPoolBwd));
+    }
   }
 }
 

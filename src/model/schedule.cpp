@@ -6,13 +6,14 @@
 //   add -> relu                  a join: add_relu_fwd
 //   maxpool, global_avgpool, fc  one layer each
 // Where the backend fuses a block's last BatchNorm with the join after it (supports
-// Op::batchnorm_add_relu: NHWC on the CPU, bf16 and f32), the training forward runs that unit's
-// BN and its join as one batchnorm_add_relu_fwd_train, which writes the join's output (the BN's
-// own output is never materialised: its backward, without a ReLU, does not read it); the unit is
-// the join's input computed last (a downsampling block's shortcut BN or its last BN). Its
-// backward is fused the same way: batchnorm_add_relu_bwd takes the join's output gradient (one
-// or two parts) and writes, in the first part's slot, the join's input gradient for its other
-// input, besides the BN's own backward.
+// Op::batchnorm_add_relu: NHWC on the CPU, bf16 and f32; CUDA with RN50_CUDA_BN_JOIN=fused),
+// the training forward runs that unit's BN and its join as one batchnorm_add_relu_fwd_train,
+// which writes the join's output (the BN's own output is never materialised: its backward,
+// without a ReLU, does not read it); the unit is the join's input computed last (a
+// downsampling block's shortcut BN or its last BN). Its backward is fused the same way:
+// batchnorm_add_relu_bwd takes the join's output gradient (one or two parts) and writes, in the
+// first part's slot, the join's input gradient for its other input, besides the BN's own
+// backward.
 // Any other sequence is rejected with an Error naming the layer.
 //
 // Forward runs the steps in order. Backward runs them in reverse; a value read by several steps

@@ -109,6 +109,7 @@ cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
   auto it = stub::st().kernels.find(reinterpret_cast<const void*>(kernel));
   c.detail = it != stub::st().kernels.end() ? it->second : std::string("?");
   c.ptr = stream;
+  c.grid = gridDim.x;
   stub::node_locked(stream);
   return cudaSuccess;
 }

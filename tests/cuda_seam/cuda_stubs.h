@@ -36,6 +36,7 @@ struct StubCall {
   size_t bytes = 0;           ///< malloc size, workspace size, memcpy count
   int algo = -1;              ///< cuDNN algorithm of a convolution call
   bool failed = false;        ///< the stub returned an error
+  unsigned grid = 0;          ///< a kernel launch's gridDim.x
 };
 
 /// Calls recorded so far (all of them, or from index `begin`).

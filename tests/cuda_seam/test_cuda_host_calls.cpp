@@ -17,7 +17,17 @@
 //    convolution that never ran eagerly fails (the stubs refuse its allocation);
 //  * a TrainStep on the stubbed backend (the small net, fp16 with loss scaling, graphs): each
 //    steady-state step is one cudaGraphLaunch, the batch's two uploads and the lr copy, no
-//    allocation, no stream or device synchronisation, no kernel outside the graph.
+//    allocation, no stream or device synchronisation, no kernel outside the graph;
+//  * RN50_CUDA_BN_JOIN: unset, the fused BN + residual join is not claimed (the separate
+//    kernels run); "fused" claims it, and the fused forward and backward launch BN's three
+//    kernels and nothing else, where the separate ops launch an add_relu kernel besides; a
+//    training step then runs no separate join kernel and still replays as one graph launch;
+//    any other value is refused by name;
+//  * RN50_CUDA_BN_COEFFS=registers: the NHWC apply passes launch their fixed-channel kernels
+//    on a grid capped at the SMs x 8 and rounded so that the stride is a multiple of C; NCHW
+//    and the default keep the per-element kernels;
+//  * RN50_CUDA_MAXPOOL_BWD=indices: max pooling's backward reads the indices its forward saved
+//    when it gets that forward's x and y buffers, and recomputes otherwise (or by default).
 // Test names contain HostCalls (--gtest_filter='*HostCalls*').
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -300,73 +310,301 @@ TEST(CudaCaptureHostCalls, CapturingAnUnwarmedConvolutionFails) {
   EXPECT_TRUE(warm.be->capture([&] { warm.be->conv2d_fwd(v.p, v.x, v.w, v.y); }));
 }
 
-TEST(CudaTrainStepHostCalls, SteadyStateIsOneGraphLaunchPerStep) {
-  auto be = make_backend("cuda");
-  ModelOptions mo;
-  mo.num_classes = 10;
-  mo.layout = Layout::NHWC;
-  mo.compute_dtype = DType::f16;
-  ResNet m(*be, kNet, mo);
-  m.init(11);
-  InputStage in(*be, Layout::NHWC, DType::f16, 10, 2);
-  StepOptions so;
-  so.loss_scaling = true;
-  so.initial_loss_scale = 128.f;
-  so.use_graphs = true;
-  SgdOptimizer opt(*be, m, {});
-  TrainStep step(*be, m, in, opt, so);
-  constexpr int kSteps = 7, kBatch = 4, kHw = 32;
-  std::vector<std::vector<StubCall>> steps;
-  for (int i = 0; i < kSteps; ++i) {
-    const Batch b = random_batch(kBatch, kHw, 10, 100 + i);
+/// RN50_CUDA_BN_JOIN set to `v` (unset when null) for the scope.
+struct BnJoinEnv {
+  explicit BnJoinEnv(const char* v) {
+    if (v)
+      setenv("RN50_CUDA_BN_JOIN", v, 1);
+    else
+      unsetenv("RN50_CUDA_BN_JOIN");
+  }
+  ~BnJoinEnv() { unsetenv("RN50_CUDA_BN_JOIN"); }
+};
+
+/// The kernel names (demangled, as registered) launched in `cs`.
+std::vector<std::string> kernel_names(const std::vector<StubCall>& cs) {
+  std::vector<std::string> names;
+  for (const StubCall& c : cs)
+    if (c.fn == "kernel") names.push_back(c.detail);
+  return names;
+}
+
+int count_named(const std::vector<std::string>& names, const std::string& part) {
+  return static_cast<int>(std::count_if(names.begin(), names.end(), [&](const std::string& n) {
+    return n.find(part) != std::string::npos;
+  }));
+}
+
+TEST(CudaBnJoinHostCalls, TheSwitchDecidesWhatSupportsClaims) {
+  for (Layout l : {Layout::NHWC, Layout::NCHW}) {
+    {
+      BnJoinEnv env(nullptr);
+      EXPECT_FALSE(make_backend("cuda")->supports(Op::batchnorm_add_relu, DType::f16, l));
+    }
+    {
+      BnJoinEnv env("separate");
+      EXPECT_FALSE(make_backend("cuda")->supports(Op::batchnorm_add_relu, DType::f16, l));
+    }
+    {
+      BnJoinEnv env("fused");
+      auto be = make_backend("cuda");
+      EXPECT_TRUE(be->supports(Op::batchnorm_add_relu, DType::f16, l));
+      EXPECT_TRUE(be->supports(Op::batchnorm_add_relu, DType::f32, l));
+      EXPECT_TRUE(be->supports(Op::batchnorm_add_relu, DType::bf16, l));
+    }
+  }
+  BnJoinEnv env("cudnn");
+  try {
+    make_backend("cuda");
+    ADD_FAILURE() << "RN50_CUDA_BN_JOIN=cudnn was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("RN50_CUDA_BN_JOIN is 'cudnn'"), std::string::npos)
+        << e.what();
+  }
+}
+
+// The fused ops launch BN's stats, finalize and apply kernels and nothing else; the separate
+// path (the switch unset) launches the join's own kernel besides, forward and backward.
+TEST(CudaBnJoinHostCalls, FusedOpsLaunchOnlyTheBatchNormKernels) {
+  for (const char* v : {"fused", static_cast<const char*>(nullptr)}) {
+    SCOPED_TRACE(v ? v : "unset");
+    BnJoinEnv env(v);
+    auto be = make_backend("cuda");
+    const std::vector<int64_t> shape{4, 64, 8, 8};
+    auto act = [&] { return be->alloc(shape, DType::f16, Layout::NHWC); };
+    auto vec = [&] { return be->alloc({64}, DType::f32, Layout::NCHW); };
+    Tensor x = act(), res = act(), y = act(), g1 = act(), g2 = act(), dres = act(), dx = act();
+    Tensor gamma = vec(), beta = vec(), rm = vec(), rv = vec(), sm = vec(), sv = vec();
+    Tensor dg = vec(), db = vec();
+    BatchNormParams p;
+    size_t c0 = cuda_stub::num_calls();
+    be->batchnorm_add_relu_fwd_train(p, x, res, gamma, beta, rm, rv, y, sm, sv);
+    const std::vector<std::string> fwd = kernel_names(cuda_stub::calls(c0));
+    c0 = cuda_stub::num_calls();
+    be->batchnorm_add_relu_bwd(p, x, y, g1, g2, gamma, sm, sv, dres, dx, dg, db);
+    const std::vector<std::string> bwd = kernel_names(cuda_stub::calls(c0));
+    std::string all;
+    for (const std::string& n : fwd) all += "\n  fwd " + n;
+    for (const std::string& n : bwd) all += "\n  bwd " + n;
+    EXPECT_EQ(count_named(fwd, "bn_fwd_stats_nhwc"), 1) << all;
+    EXPECT_EQ(count_named(fwd, "bn_fwd_finalize"), 1) << all;
+    EXPECT_EQ(count_named(fwd, "bn_fwd_apply"), 1) << all;
+    EXPECT_EQ(count_named(bwd, "bn_bwd_stats_nhwc"), 1) << all;
+    EXPECT_EQ(count_named(bwd, "bn_bwd_finalize"), 1) << all;
+    EXPECT_EQ(count_named(bwd, "bn_bwd_apply"), 1) << all;
+    if (v) {
+      EXPECT_EQ(fwd.size(), 3u) << all;
+      EXPECT_EQ(bwd.size(), 3u) << all;
+    } else {
+      EXPECT_GT(fwd.size(), 3u) << all;
+      EXPECT_GT(bwd.size(), 3u) << all;
+    }
+    // The buffer rules hold on the fused path as on the default one.
+    if (v) {
+      EXPECT_THROW(be->batchnorm_add_relu_fwd_train(p, x, res, gamma, beta, rm, rv, res, sm, sv),
+                   Error);
+      EXPECT_THROW(be->batchnorm_add_relu_bwd(p, x, y, g1, g2, gamma, sm, sv, g2, dx, dg, db),
+                   Error);
+    }
+  }
+}
+
+/// RN50_CUDA_BN_COEFFS set to `v` (unset when null) for the scope.
+struct BnCoeffsEnv {
+  explicit BnCoeffsEnv(const char* v) {
+    if (v)
+      setenv("RN50_CUDA_BN_COEFFS", v, 1);
+    else
+      unsetenv("RN50_CUDA_BN_COEFFS");
+  }
+  ~BnCoeffsEnv() { unsetenv("RN50_CUDA_BN_COEFFS"); }
+};
+
+/// The kernel launches of `cs` whose name contains `part`.
+std::vector<StubCall> launches(const std::vector<StubCall>& cs, const std::string& part) {
+  std::vector<StubCall> out;
+  for (const StubCall& c : cs)
+    if (c.fn == "kernel" && c.detail.find(part) != std::string::npos) out.push_back(c);
+  return out;
+}
+
+// The FIXED template argument is the last of the apply kernels' ("..., true>" in the name).
+TEST(CudaBnCoeffsHostCalls, RegistersSwitchLaunchesFixedChannelApplyKernels) {
+  struct Case {
+    std::vector<int64_t> shape;
+    DType dt;
+    Layout l;
+    const char* coeffs;
+    bool fixed;
+    unsigned grid;  // of the fixed kernels (0: not checked)
+  };
+  const Case cases[] = {
+      // 2048 packs of 8 halves: 8 blocks, C = 64 divides 256 x 8: no rounding.
+      {{4, 64, 8, 8}, DType::f16, Layout::NHWC, "registers", true, 8},
+      // 768 channels, f32 packs of 4: 384 packs, 2 blocks, rounded up to 768 / gcd(768, 1024)
+      // = 3 blocks (a stride of 3072 elements, four rows).
+      {{2, 768, 1, 1}, DType::f32, Layout::NHWC, "registers", true, 3},
+      {{4, 64, 8, 8}, DType::f16, Layout::NCHW, "registers", false, 0},
+      {{4, 64, 8, 8}, DType::f16, Layout::NHWC, nullptr, false, 0},
+      {{4, 64, 8, 8}, DType::f16, Layout::NHWC, "loads", false, 0},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(std::string(k.coeffs ? k.coeffs : "unset") + " " + layout_name(k.l) + " C " +
+                 std::to_string(k.shape[1]));
+    BnCoeffsEnv env(k.coeffs);
+    auto be = make_backend("cuda");
+    const int64_t C = k.shape[1];
+    Tensor x = be->alloc(k.shape, k.dt, k.l), y = be->alloc(k.shape, k.dt, k.l);
+    Tensor dy = be->alloc(k.shape, k.dt, k.l), dx = be->alloc(k.shape, k.dt, k.l);
+    auto vec = [&] { return be->alloc({C}, DType::f32, Layout::NCHW); };
+    Tensor gamma = vec(), beta = vec(), rm = vec(), rv = vec(), sm = vec(), sv = vec();
+    Tensor dg = vec(), db = vec();
+    BatchNormParams p;
+    p.relu = true;
     const size_t c0 = cuda_stub::num_calls();
-    const int s = in.upload(b);
-    step.run(s, 0.05 + 0.01 * i);
-    in.release(s);
-    steps.push_back(cuda_stub::calls(c0));
-  }
-  EXPECT_EQ(step.replayed_steps(), kSteps - 2);
-  for (int i = 0; i < kSteps; ++i) {
-    SCOPED_TRACE("step " + std::to_string(i));
-    const std::vector<StubCall>& cs = steps[static_cast<size_t>(i)];
-    if (i < 2) {  // eager: one per input slot
-      EXPECT_EQ(count(cs, "cudaStreamBeginCapture"), 0);
-      EXPECT_GT(count(cs, "kernel"), 20);
-      continue;
-    }
-    if (i < 4) {  // the recording of the slot's step, then its first replay
-      const std::vector<StubCall> region = capture_region(cs);
-      ASSERT_FALSE(region.empty()) << dump(cs);
-      expect_no_alloc_or_sync(region, "inside the step's capture");
-      EXPECT_GT(count_in_capture(region, "kernel"), 20);
-      EXPECT_GT(count_in_capture(region, "cudnnConvolutionForward"), 0);
-      EXPECT_FALSE(region.back().failed) << dump(region);
-      EXPECT_EQ(count(cs, "cudaGraphLaunch"), 1);
-      continue;
-    }
-    // Steady state: one launch of the recorded step ...
-    EXPECT_EQ(count(cs, "cudaGraphLaunch"), 1) << dump(cs);
-    EXPECT_EQ(count(cs, "cudaStreamBeginCapture"), 0) << dump(cs);
-    EXPECT_EQ(count(cs, "kernel"), 0) << dump(cs, true);
-    // ... no allocation and no stream or device synchronisation. The only host waits are
-    // upload_input's, one per input buffer (images, labels): the previous upload into this
-    // slot's pinned staging must have been read before it is overwritten (that upload ran two
-    // steps ago, so the wait normally returns at once).
-    for (const char* fn : kAllocFns) EXPECT_EQ(count(cs, fn), 0) << fn << dump(cs);
-    EXPECT_EQ(count(cs, "cudaStreamSynchronize"), 0) << dump(cs);
-    EXPECT_EQ(count(cs, "cudaDeviceSynchronize"), 0) << dump(cs);
-    EXPECT_EQ(count(cs, "cudaEventSynchronize"), 2) << dump(cs);
-    // Host-to-device: the batch (images, labels) and the lr (one f32 into the step state).
-    std::vector<size_t> h2d;
-    for (const StubCall& c : cs)
-      if (c.fn == "cudaMemcpyAsync") {
-        EXPECT_EQ(c.detail, "H2D");
-        h2d.push_back(c.bytes);
+    be->batchnorm_fwd_train(p, x, gamma, beta, rm, rv, y, sm, sv);
+    be->batchnorm_fwd_infer(p, x, gamma, beta, rm, rv, y);
+    be->batchnorm_bwd(p, x, y, dy, gamma, sm, sv, dx, dg, db);
+    const std::vector<StubCall> cs = cuda_stub::calls(c0);
+    const std::vector<StubCall> fwd = launches(cs, "bn_fwd_apply<");
+    const std::vector<StubCall> bwd = launches(cs, "bn_bwd_apply<");
+    ASSERT_EQ(fwd.size(), 2u) << dump(cs, true);
+    ASSERT_EQ(bwd.size(), 1u) << dump(cs, true);
+    for (const StubCall& c : {fwd[0], fwd[1], bwd[0]}) {
+      const bool fixed = c.detail.find(", true>(") != std::string::npos;
+      EXPECT_EQ(fixed, k.fixed) << c.detail;
+      if (k.grid) {
+        EXPECT_EQ(c.grid, k.grid) << c.detail;
       }
-    std::sort(h2d.begin(), h2d.end());
-    EXPECT_EQ(h2d, (std::vector<size_t>{sizeof(float), size_t{kBatch} * sizeof(int32_t),
-                                        size_t{kBatch} * 3 * kHw * kHw}));
+    }
   }
+  BnCoeffsEnv env("fast");
+  EXPECT_THROW(make_backend("cuda"), Error);
+}
+
+// The backward kernel's INDICES template argument is its last ("..., true>(" in the name).
+TEST(CudaMaxPoolHostCalls, IndicesAreReadOnlyAfterTheMatchingForward) {
+  auto bwd_reads_indices = [](Backend& be, const Pool2dParams& p, const Tensor& x,
+                              const Tensor& y, const Tensor& dy, Tensor& dx) {
+    const size_t c0 = cuda_stub::num_calls();
+    be.maxpool2d_bwd(p, x, y, dy, dx);
+    const std::vector<StubCall> cs = cuda_stub::calls(c0);
+    std::vector<std::string> k;
+    for (const StubCall& c : cs)
+      if (c.fn == "kernel" && c.detail.find("maxpool_bwd_kernel<") != std::string::npos)
+        k.push_back(c.detail);
+    EXPECT_EQ(k.size(), 1u) << dump(cs, true);
+    return !k.empty() && k[0].find(", true>(") != std::string::npos;
+  };
+  Pool2dParams p{3, 2, 1};
+  for (const char* v : {"indices", "recompute", static_cast<const char*>(nullptr)}) {
+    SCOPED_TRACE(v ? v : "unset");
+    if (v)
+      setenv("RN50_CUDA_MAXPOOL_BWD", v, 1);
+    else
+      unsetenv("RN50_CUDA_MAXPOOL_BWD");
+    auto be = make_backend("cuda");
+    const bool on = v && std::string(v) == "indices";
+    Tensor x = be->alloc({2, 64, 16, 16}, DType::f16, Layout::NHWC);
+    Tensor x2 = be->alloc({2, 64, 16, 16}, DType::f16, Layout::NHWC);
+    Tensor y = be->alloc({2, 64, 8, 8}, DType::f16, Layout::NHWC);
+    Tensor y2 = be->alloc({2, 64, 8, 8}, DType::f16, Layout::NHWC);
+    Tensor dy = be->alloc({2, 64, 8, 8}, DType::f16, Layout::NHWC);
+    Tensor dx = be->alloc({2, 64, 16, 16}, DType::f16, Layout::NHWC);
+    be->maxpool2d_fwd(p, x, y);
+    EXPECT_EQ(bwd_reads_indices(*be, p, x, y, dy, dx), on);     // the forward's x and y
+    EXPECT_FALSE(bwd_reads_indices(*be, p, x, y2, dy, dx));     // another y buffer
+    EXPECT_FALSE(bwd_reads_indices(*be, p, x2, y, dy, dx));     // another x buffer
+    // Another pooling of the same buffers (its forward ran with stride 2, kernel 3).
+    Pool2dParams q{2, 2, 0};
+    EXPECT_FALSE(bwd_reads_indices(*be, q, x, y, dy, dx));
+  }
+  setenv("RN50_CUDA_MAXPOOL_BWD", "cached", 1);
+  EXPECT_THROW(make_backend("cuda"), Error);
+  unsetenv("RN50_CUDA_MAXPOOL_BWD");
+}
+
+// With RN50_CUDA_BN_JOIN unset and with it fused: the fused step's eager steps launch no
+// separate join kernel (add_relu_bwd_kernel) and fewer elementwise kernels, and both replay.
+TEST(CudaTrainStepHostCalls, SteadyStateIsOneGraphLaunchPerStep) {
+  std::map<std::string, std::vector<std::string>> eager;  // the first step's kernels
+  for (const char* join : {static_cast<const char*>(nullptr), "fused"}) {
+    SCOPED_TRACE(join ? "RN50_CUDA_BN_JOIN=fused" : "RN50_CUDA_BN_JOIN unset");
+    BnJoinEnv join_env(join);
+    auto be = make_backend("cuda");
+    ModelOptions mo;
+    mo.num_classes = 10;
+    mo.layout = Layout::NHWC;
+    mo.compute_dtype = DType::f16;
+    ResNet m(*be, kNet, mo);
+    m.init(11);
+    InputStage in(*be, Layout::NHWC, DType::f16, 10, 2);
+    StepOptions so;
+    so.loss_scaling = true;
+    so.initial_loss_scale = 128.f;
+    so.use_graphs = true;
+    SgdOptimizer opt(*be, m, {});
+    TrainStep step(*be, m, in, opt, so);
+    constexpr int kSteps = 7, kBatch = 4, kHw = 32;
+    std::vector<std::vector<StubCall>> steps;
+    for (int i = 0; i < kSteps; ++i) {
+      const Batch b = random_batch(kBatch, kHw, 10, 100 + i);
+      const size_t c0 = cuda_stub::num_calls();
+      const int s = in.upload(b);
+      step.run(s, 0.05 + 0.01 * i);
+      in.release(s);
+      steps.push_back(cuda_stub::calls(c0));
+    }
+    EXPECT_EQ(step.replayed_steps(), kSteps - 2);
+    for (int i = 0; i < kSteps; ++i) {
+      SCOPED_TRACE("step " + std::to_string(i));
+      const std::vector<StubCall>& cs = steps[static_cast<size_t>(i)];
+      if (i < 2) {  // eager: one per input slot
+        EXPECT_EQ(count(cs, "cudaStreamBeginCapture"), 0);
+        EXPECT_GT(count(cs, "kernel"), 20);
+        continue;
+      }
+      if (i < 4) {  // the recording of the slot's step, then its first replay
+        const std::vector<StubCall> region = capture_region(cs);
+        ASSERT_FALSE(region.empty()) << dump(cs);
+        expect_no_alloc_or_sync(region, "inside the step's capture");
+        EXPECT_GT(count_in_capture(region, "kernel"), 20);
+        EXPECT_GT(count_in_capture(region, "cudnnConvolutionForward"), 0);
+        EXPECT_FALSE(region.back().failed) << dump(region);
+        EXPECT_EQ(count(cs, "cudaGraphLaunch"), 1);
+        continue;
+      }
+      // Steady state: one launch of the recorded step ...
+      EXPECT_EQ(count(cs, "cudaGraphLaunch"), 1) << dump(cs);
+      EXPECT_EQ(count(cs, "cudaStreamBeginCapture"), 0) << dump(cs);
+      EXPECT_EQ(count(cs, "kernel"), 0) << dump(cs, true);
+      // ... no allocation and no stream or device synchronisation. The only host waits are
+      // upload_input's, one per input buffer (images, labels): the previous upload into this
+      // slot's pinned staging must have been read before it is overwritten (that upload ran two
+      // steps ago, so the wait normally returns at once).
+      for (const char* fn : kAllocFns) EXPECT_EQ(count(cs, fn), 0) << fn << dump(cs);
+      EXPECT_EQ(count(cs, "cudaStreamSynchronize"), 0) << dump(cs);
+      EXPECT_EQ(count(cs, "cudaDeviceSynchronize"), 0) << dump(cs);
+      EXPECT_EQ(count(cs, "cudaEventSynchronize"), 2) << dump(cs);
+      // Host-to-device: the batch (images, labels) and the lr (one f32 into the step state).
+      std::vector<size_t> h2d;
+      for (const StubCall& c : cs)
+        if (c.fn == "cudaMemcpyAsync") {
+          EXPECT_EQ(c.detail, "H2D");
+          h2d.push_back(c.bytes);
+        }
+      std::sort(h2d.begin(), h2d.end());
+      EXPECT_EQ(h2d, (std::vector<size_t>{sizeof(float), size_t{kBatch} * sizeof(int32_t),
+                                          size_t{kBatch} * 3 * kHw * kHw}));
+    }
+    eager[join ? "fused" : "separate"] = kernel_names(steps[0]);
+  }
+  const auto& sep = eager["separate"];
+  const auto& fused = eager["fused"];
+  EXPECT_GT(count_named(sep, "add_relu_bwd_kernel"), 0);
+  EXPECT_EQ(count_named(fused, "add_relu_bwd_kernel"), 0);
+  EXPECT_LT(count_named(fused, "eltwise_flat_kernel"), count_named(sep, "eltwise_flat_kernel"));
+  EXPECT_EQ(count_named(fused, "bn_fwd_apply"), count_named(sep, "bn_fwd_apply"));
 }
 
 }  // namespace

@@ -7,9 +7,11 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -170,8 +172,28 @@ class CudaGraph final : public Graph {
 
 // ---------------------------------------------------------------- construction
 
+namespace {
+/// The value of the A/B switch `var` (an environment variable): `off` when unset or empty, else
+/// one of `off` and `on`; anything else is refused naming the variable, with what each means.
+bool env_switch(const char* var, const char* off, const char* on, const char* on_means) {
+  const char* v = std::getenv(var);
+  const std::string s = v ? v : "";
+  RN50_CHECK(s.empty() || s == off || s == on,
+             "environment variable {} is '{}': use {} ({}) or {} (the default)", var, s, on,
+             on_means, off);
+  return s == on;
+}
+}  // namespace
+
 CudaBackend::CudaBackend(const BackendOptions& opt)
-    : device_index_(opt.device_index), allow_tf32_(opt.allow_tf32) {
+    : device_index_(opt.device_index),
+      allow_tf32_(opt.allow_tf32),
+      bn_join_fused_(env_switch("RN50_CUDA_BN_JOIN", "separate", "fused",
+                                "a block's last BatchNorm and its residual join as one op")),
+      bn_coeffs_in_registers_(env_switch("RN50_CUDA_BN_COEFFS", "loads", "registers",
+                                         "NHWC apply passes with each thread's channels fixed")),
+      maxpool_indices_(env_switch("RN50_CUDA_MAXPOOL_BWD", "recompute", "indices",
+                                  "max pooling's backward from the forward's argmax indices")) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
@@ -193,6 +215,7 @@ CudaBackend::CudaBackend(const BackendOptions& opt)
     cudaDeviceProp prop{};
     RN50_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index_));
     gpu_name_ = prop.name;
+    sm_count_ = prop.multiProcessorCount;
   } catch (...) {
     release_handles(stream_, copy_stream_, cudnn_, cublaslt_);
     throw;
@@ -226,7 +249,7 @@ bool CudaBackend::supports(Op op, DType dtype, Layout layout) const {
     case Op::softmax_xent:
     case Op::topk:
     case Op::amp: return dtype == DType::f32;
-    case Op::batchnorm_add_relu: return false;  // the separate kernels (Backend's default)
+    case Op::batchnorm_add_relu: return bn_join_fused_;  // else Backend's default: separate
     default: return true;  // conv, bn, eltwise, pooling, linear, normalize_u8 (dst dtype)
   }
 }

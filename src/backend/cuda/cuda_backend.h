@@ -30,10 +30,12 @@
 #include <cudnn.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_util.h"
@@ -105,6 +107,19 @@ class CudaBackend final : public Backend {
   void batchnorm_bwd(const BatchNormParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
                      const Tensor& gamma, const Tensor& save_mean, const Tensor& save_var,
                      Tensor& dx, Tensor& dgamma, Tensor& dbeta) override;
+  /// With RN50_CUDA_BN_JOIN=fused (bn_join_fused()): the BN kernels above with the residual
+  /// added before the ReLU in their apply pass (one pass over y, rounded once), and backward
+  /// dres = y > 0 ? g1 + g2 : 0 written by the statistics pass, which then sums the rounded
+  /// dres (bits as the separate add_relu_bwd + batchnorm_bwd). Otherwise Backend's default (the
+  /// separate kernels). Both layouts, f32/f16/bf16 (batchnorm.cu).
+  void batchnorm_add_relu_fwd_train(const BatchNormParams& p, const Tensor& x,
+                                    const Tensor& residual, const Tensor& gamma,
+                                    const Tensor& beta, Tensor& running_mean, Tensor& running_var,
+                                    Tensor& y, Tensor& save_mean, Tensor& save_var) override;
+  void batchnorm_add_relu_bwd(const BatchNormParams& p, const Tensor& x, const Tensor& y,
+                              const Tensor& g1, const Tensor& g2, const Tensor& gamma,
+                              const Tensor& save_mean, const Tensor& save_var, Tensor& dres,
+                              Tensor& dx, Tensor& dgamma, Tensor& dbeta) override;
 
   void relu_fwd(const Tensor& x, Tensor& y) override;
   void relu_bwd(const Tensor& y, const Tensor& dy, Tensor& dx) override;
@@ -150,6 +165,24 @@ class CudaBackend final : public Backend {
   cudnnHandle_t cudnn() const { return cudnn_; }
   cublasLtHandle_t cublaslt() const { return cublaslt_; }
   bool allow_tf32() const { return allow_tf32_; }
+  /// Whether a block's last BatchNorm and its residual join run as one op
+  /// (supports(Op::batchnorm_add_relu)): RN50_CUDA_BN_JOIN=fused, read once when the backend is
+  /// made; "separate" (the default until a GPU window measures the fused op faster) keeps the
+  /// separate BN and add_relu kernels. Any other value: rn50::Error naming the variable.
+  bool bn_join_fused() const { return bn_join_fused_; }
+  /// The block cap of the BN apply passes with each thread's NHWC channels fixed, their
+  /// coefficients in registers (batchnorm.cu's FIXED kernels): the SMs x 8 blocks of 256
+  /// threads (a full SM of 2048 threads) with RN50_CUDA_BN_COEFFS=registers; 0 (the default,
+  /// "loads", until a GPU window measures the other faster): one thread per pack, coefficients
+  /// loaded per element. Any other value: rn50::Error naming the variable.
+  unsigned bn_fixed_channel_blocks() const {
+    return bn_coeffs_in_registers_ ? static_cast<unsigned>(sm_count_) * 8u : 0u;
+  }
+  /// Whether max pooling's backward reads the argmax indices its forward saved (pool.cu):
+  /// RN50_CUDA_MAXPOOL_BWD=indices; "recompute" (the default until a GPU window measures the
+  /// indices faster) recomputes every covering window's argmax from x. Any other value:
+  /// rn50::Error naming the variable.
+  bool maxpool_indices() const { return maxpool_indices_; }
   /// The device's name (cudaDeviceProp::name, "NVIDIA H100 80GB HBM3"): the key of cached
   /// algorithm choices (conv_choices.h).
   const std::string& gpu_name() const { return gpu_name_; }
@@ -172,6 +205,17 @@ class CudaBackend final : public Backend {
  private:
   int device_index_ = 0;
   bool allow_tf32_ = true;
+  bool bn_join_fused_ = false;
+  bool bn_coeffs_in_registers_ = false;
+  bool maxpool_indices_ = false;
+  /// maxpool2d_fwd's argmax indices (u8 per output) keyed by y's buffer, with what they were
+  /// computed for (pool.cu's pool_key); grown on the first (eager) call, never under capture.
+  struct PoolIndices {
+    std::string key;
+    DeviceBuffer buf;
+  };
+  std::unordered_map<const void*, PoolIndices> pool_indices_;
+  int sm_count_ = 1;
   std::string gpu_name_;
   cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
@@ -185,6 +229,22 @@ class CudaBackend final : public Backend {
     bool has_release = false, has_upload = false;
   };
   std::map<const void*, InputSlot> input_slots_;
+
+  /// Checks the activations of a batchnorm op: each a 4-D float tensor on this device, all of one
+  /// shape, dtype and layout. Throws rn50::Error naming op and the tensor (batchnorm.cu).
+  void check_bn_acts(const char* op,
+                     std::initializer_list<std::pair<const char*, const Tensor*>> acts) const;
+  /// batchnorm_fwd_train, with `residual` (undefined: none) added before the ReLU (batchnorm.cu).
+  void bn_forward_train(const char* op, const BatchNormParams& p, bool relu, const Tensor& x,
+                        const Tensor& residual, const Tensor& gamma, const Tensor& beta,
+                        Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& save_mean,
+                        Tensor& save_var);
+  /// batchnorm_bwd; with `dres` defined, the join's backward first: g = y > 0 ? dy + g2 : 0
+  /// (g2 may be undefined) rounded into dres, and BN's backward on it (batchnorm.cu).
+  void bn_backward(const char* op, const BatchNormParams& p, bool relu, const Tensor& x,
+                   const Tensor& y, const Tensor& dy, const Tensor& g2, Tensor& dres,
+                   const Tensor& gamma, const Tensor& save_mean, const Tensor& save_var,
+                   Tensor& dx, Tensor& dgamma, Tensor& dbeta);
 };
 
 }  // namespace rn50::cuda

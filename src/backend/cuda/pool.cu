@@ -9,6 +9,12 @@
 //    x and adds dy[n,c,oh,ow] when the argmax is (h, w). No atomics: deterministic, and the
 //    contributions are summed in the reference's order, in double (rounded once). y is not
 //    needed (only checked).
+//    With RN50_CUDA_MAXPOOL_BWD=indices (CudaBackend::maxpool_indices), the forward also writes
+//    each output's argmax as a u8 window index r * k + s (in y's memory order, into a buffer
+//    the backend keeps per (x, y, geometry)), and the backward reads those instead of
+//    recomputing every window from x: a byte per covering window instead of k * k values. Same
+//    windows, same order, same double sums: the same bits. Without a matching forward (another
+//    x or y buffer, another geometry) it recomputes.
 //  * global_avgpool: y (N,C) (or (N,C,1,1)) = mean of x (N,C,H,W) over H, W (float
 //    accumulation); backward dx = dy / (H*W) broadcast. NHWC: one thread per (n, c), coalesced
 //    along C; NCHW: one warp per (n, c) over its contiguous H*W values.
@@ -16,12 +22,17 @@
 #include "backend/cuda/kernels_common.cuh"
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
 
 namespace rn50::cuda {
 
 namespace {
 
 using namespace kern;
+
+/// The most y buffers maxpool2d_fwd keeps argmax indices for (RN50_CUDA_MAXPOOL_BWD=indices).
+constexpr size_t kMaxPoolIndexBuffers = 8;
 
 struct PoolArgs {
   int k, st, pad;
@@ -50,24 +61,34 @@ __device__ __forceinline__ int window_argmax(const T* __restrict__ x, const Geom
   return best;  // >= 0: pad <= kernel / 2 keeps every window partly inside the input
 }
 
+/// ind (may be null): each output's argmax as r * k + s in its window, at y's offset.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     maxpool_fwd_kernel(const T* __restrict__ x, Geom4 gx, T* __restrict__ y, Geom4 gy,
-                       int64_t n, PoolArgs p) {
+                       uint8_t* __restrict__ ind, int64_t n, PoolArgs p) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
     uint32_t nn, c, oh, ow;
     gy.coords(static_cast<uint32_t>(i), nn, c, oh, ow);
     const int a = window_argmax(x, gx, nn, c, static_cast<int>(oh), static_cast<int>(ow), p);
-    y[i] = x[gx.offset(nn, c, a / static_cast<int>(gx.W), a % static_cast<int>(gx.W))];
+    const int ih = a / static_cast<int>(gx.W), iw = a % static_cast<int>(gx.W);
+    y[i] = x[gx.offset(nn, c, ih, iw)];
+    if (ind) {
+      const int r = ih - (static_cast<int>(oh) * p.st - p.pad);
+      const int s = iw - (static_cast<int>(ow) * p.st - p.pad);
+      ind[i] = static_cast<uint8_t>(r * p.k + s);
+    }
   }
 }
 
-template <class T>
+/// INDICES: the argmax of window (oh, ow) is read from ind (r * k + s, in gind's memory order,
+/// y's) instead of recomputed from x.
+template <class T, bool INDICES>
 __global__ void __launch_bounds__(kThreads)
     maxpool_bwd_kernel(const T* __restrict__ x, Geom4 gx, const T* __restrict__ dy, Geom4 gdy,
-                       T* __restrict__ dx, Geom4 gdx, int64_t n, PoolArgs p) {
+                       const uint8_t* __restrict__ ind, Geom4 gind, T* __restrict__ dx,
+                       Geom4 gdx, int64_t n, PoolArgs p) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int OH = static_cast<int>(gdy.H), OW = static_cast<int>(gdy.W);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -86,9 +107,16 @@ __global__ void __launch_bounds__(kThreads)
     // the reference sums in double. At most a few adds per element: free next to the loads.
     double acc = 0.0;
     for (int oh = oh0; oh <= oh1; ++oh)
-      for (int ow = ow0; ow <= ow1; ++ow)
-        if (window_argmax(x, gx, nn, c, oh, ow, p) == me)
-          acc += static_cast<double>(to_float(dy[gdy.offset(nn, c, oh, ow)]));
+      for (int ow = ow0; ow <= ow1; ++ow) {
+        bool hit;
+        if constexpr (INDICES) {
+          const int a = ind[gind.offset(nn, c, oh, ow)];
+          hit = oh * p.st - p.pad + a / p.k == h && ow * p.st - p.pad + a % p.k == w;
+        } else {
+          hit = window_argmax(x, gx, nn, c, oh, ow, p) == me;
+        }
+        if (hit) acc += static_cast<double>(to_float(dy[gdy.offset(nn, c, oh, ow)]));
+      }
     dx[i] = from_float<T>(static_cast<float>(acc));
   }
 }
@@ -164,6 +192,13 @@ void check_pool_out(const char* op, const char* name, const Tensor& t, const Ten
              op, name, t.str(), x.str(), p.kernel, p.stride, p.pad, g.N, g.C, g.H, g.W);
 }
 
+/// What a forward's saved indices are valid for: x's buffer and logical shape, y's layout,
+/// dtype and the pooling parameters (fmt string; compared whole).
+std::string pool_key(const Pool2dParams& p, const Tensor& x, const Tensor& y) {
+  return fmt::format("{} {} {} {} {} {} {}", x.data(), x.str(), y.str(), p.kernel, p.stride,
+                     p.pad, static_cast<int>(y.layout()));
+}
+
 /// Throws unless t is (N, C) or (N, C, 1, 1) of x's dtype.
 void check_pooled(const char* op, const char* name, const Tensor& t, const Tensor& x) {
   const bool shape_ok =
@@ -186,10 +221,19 @@ void CudaBackend::maxpool2d_fwd(const Pool2dParams& p, const Tensor& x, Tensor& 
   const int64_t n = y.numel();
   if (n == 0) return;
   const PoolArgs pa{p.kernel, p.stride, p.pad};
+  uint8_t* ind = nullptr;
+  // At most kMaxPoolIndexBuffers outputs keep indices (a network has one max pooling; more are
+  // eval-only or other batch sizes): no entry is ever freed, so none is freed under a capture.
+  if (maxpool_indices_ && p.kernel * p.kernel <= 256 &&
+      (pool_indices_.count(y.data()) || pool_indices_.size() < kMaxPoolIndexBuffers)) {
+    PoolIndices& e = pool_indices_[y.data()];
+    e.key = pool_key(p, x, y);
+    ind = static_cast<uint8_t*>(e.buf.ensure(static_cast<size_t>(n)));
+  }
   dispatch_float(x.dtype(), op, x, [&](auto tag) {
     using T = typename decltype(tag)::type;
     maxpool_fwd_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream()>>>(
-        x.data_as<const T>(), geom4(x), y.data_as<T>(), gy, n, pa);
+        x.data_as<const T>(), geom4(x), y.data_as<T>(), gy, ind, n, pa);
     RN50_CUDA_LAUNCH_CHECK();
   });
 }
@@ -211,11 +255,27 @@ void CudaBackend::maxpool2d_bwd(const Pool2dParams& p, const Tensor& x, const Te
   const int64_t n = dx.numel();
   if (n == 0) return;
   const PoolArgs pa{p.kernel, p.stride, p.pad};
+  // The forward's indices, where this y is the output of a forward on this x (maxpool_fwd).
+  const uint8_t* ind = nullptr;
+  Geom4 gind = gdy;
+  if (maxpool_indices_ && y.defined()) {
+    auto it = pool_indices_.find(y.data());
+    if (it != pool_indices_.end() && it->second.key == pool_key(p, x, y)) {
+      ind = static_cast<const uint8_t*>(it->second.buf.ptr);
+      gind.nhwc = y.layout() == Layout::NHWC;
+    }
+  }
   dispatch_float(x.dtype(), op, x, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    maxpool_bwd_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream()>>>(
-        x.data_as<const T>(), geom4(x), dy.data_as<const T>(), gdy, dx.data_as<T>(), geom4(dx),
-        n, pa);
+    const unsigned grid = grid_for(n, kThreads);
+    if (ind)
+      maxpool_bwd_kernel<T, true><<<grid, kThreads, 0, stream()>>>(
+          x.data_as<const T>(), geom4(x), dy.data_as<const T>(), gdy, ind, gind, dx.data_as<T>(),
+          geom4(dx), n, pa);
+    else
+      maxpool_bwd_kernel<T, false><<<grid, kThreads, 0, stream()>>>(
+          x.data_as<const T>(), geom4(x), dy.data_as<const T>(), gdy, nullptr, gind,
+          dx.data_as<T>(), geom4(dx), n, pa);
     RN50_CUDA_LAUNCH_CHECK();
   });
 }
