@@ -11,7 +11,8 @@
 # default one per core),
 # CC / CXX (default clang-14 / clang++-14). Needs clang-14 and libclang-rt-14-dev.
 # The harnesses' tree is built at -O1 with line tables only (what a sanitizer report needs): it
-# rebuilds every component for CI, where -O2 -g cost more time than the fuzzing itself.
+# rebuilds every component for CI, where -O2 -g cost more time than the fuzzing itself; and as a
+# unity build (each component's files in batches), as scripts/sanitize.sh's tree.
 set -euo pipefail
 
 SECS=${1:-30}
@@ -26,7 +27,7 @@ ALL=(fuzz_decode_image fuzz_decode_region fuzz_validate_image fuzz_tfrecord fuzz
 if [ ! -f "$BUILD/build.ninja" ]; then
   CC=${CC:-clang-14} CXX=${CXX:-clang++-14} cmake -S "$ROOT" -B "$BUILD" -G Ninja \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
-    -DRN50_FUZZ=ON -DRN50_CUDA=OFF -DRN50_BUILD_TESTS=OFF \
+    -DRN50_FUZZ=ON -DRN50_CUDA=OFF -DRN50_BUILD_TESTS=OFF -DCMAKE_UNITY_BUILD=ON \
     > "$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log"; exit 2; }
 fi
 # The server's harness exists when cpp-httplib was found (rn50 serve is built).

@@ -2,8 +2,9 @@
 # The CPU test suite under AddressSanitizer + UndefinedBehaviorSanitizer (issue 32; CI runs it
 # after the normal suite, .ci/run). Builds the C++ code with -DRN50_SANITIZE=address,undefined
 # (no CUDA: nvcc code is not instrumented) into ${BUILD_DIR:-build-asan} at -O1 -g1 (line tables
-# for readable reports, and a build that fits CI) and runs the tests; any sanitizer report fails
-# its test: UBSan halts on the first error, ASan aborts, LeakSanitizer is on.
+# for readable reports, and a build that fits CI), the library as a unity build (its files in
+# batches: CMakeLists.txt lists the few that compile alone), and runs the tests; any sanitizer
+# report fails its test: UBSan halts on the first error, ASan aborts, LeakSanitizer is on.
 #
 # Left out of the sanitized run, and why:
 #   test_model_parity: whole ResNets against torchvision in fp32/bf16 (4.5 of the run's minutes
@@ -29,7 +30,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 B=${BUILD_DIR:-build-asan}
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" \
-  -DRN50_SANITIZE=address,undefined -DRN50_CUDA=OFF -DRN50_SERVE=ON >/dev/null
+  -DRN50_SANITIZE=address,undefined -DRN50_CUDA=OFF -DRN50_SERVE=ON -DCMAKE_UNITY_BUILD=ON \
+  >/dev/null
 cmake --build "$B" -j "$(nproc)"
 supp="$PWD/tests/sanitizers/lsan.supp"
 export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:strict_string_checks=1:check_initialization_order=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"

@@ -1,42 +1,8 @@
 // rn50: the backend registry: names -> factories, and what this build and machine can run.
 #include "backend/factories.h"
-#include "backend/fused_bn_checks.h"
 #include "core/check.h"
 
 namespace rn50 {
-
-void Backend::conv2d_bias_act_fwd(const Conv2dParams&, const Tensor&, const Tensor&,
-                                  const Tensor&, const Tensor&, bool, Tensor&) {
-  RN50_FAIL("the {} backend has no fused inference convolution (conv2d_bias_act_fwd); its "
-            "inference engine is another one (the CPU engine on oneDNN)",
-            name());
-}
-
-void Backend::batchnorm_add_relu_fwd_train(const BatchNormParams& p, const Tensor& x,
-                                           const Tensor& residual, const Tensor& gamma,
-                                           const Tensor& beta, Tensor& running_mean,
-                                           Tensor& running_var, Tensor& y, Tensor& save_mean,
-                                           Tensor& save_var) {
-  check_bn_add_relu_fwd_buffers(name(), x, residual, y);
-  BatchNormParams bn = p;
-  bn.relu = false;
-  batchnorm_fwd_train(bn, x, gamma, beta, running_mean, running_var, y, save_mean, save_var);
-  add_relu_fwd(y, residual, y);
-}
-
-void Backend::batchnorm_add_relu_bwd(const BatchNormParams& p, const Tensor& x, const Tensor& y,
-                                     const Tensor& g1, const Tensor& g2, const Tensor& gamma,
-                                     const Tensor& save_mean, const Tensor& save_var, Tensor& dres,
-                                     Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
-  check_bn_add_relu_bwd_buffers(name(), x, y, g1, g2, dres, dx);
-  if (g2.defined())
-    add_relu_bwd(y, g1, g2, dres);
-  else
-    relu_bwd(y, g1, dres);
-  BatchNormParams bn = p;
-  bn.relu = false;
-  batchnorm_bwd(bn, x, Tensor(), dres, gamma, save_mean, save_var, dx, dgamma, dbeta);
-}
 
 std::vector<std::string> compiled_backends() {
 #ifdef RN50_HAVE_CUDA
