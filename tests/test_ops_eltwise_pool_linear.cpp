@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "op_backend_fixture.h"
@@ -118,6 +120,17 @@ const PoolCase kPoolCases[] = {
     {1, 80, 7, 9, {2, 3, 0}},   // stride above the kernel: rows 2, 5 and 6 get no gradient
 };
 
+/// Host f32 tensor of distinct values (a shuffled ramp, exact in f32): max pooling has no ties.
+Tensor distinct_values(std::vector<int64_t> shape, std::mt19937_64& rng) {
+  Tensor x = Tensor::empty(std::move(shape), F32);
+  std::vector<float> ramp(static_cast<size_t>(x.numel()));
+  for (size_t i = 0; i < ramp.size(); ++i)
+    ramp[i] = (static_cast<float>(i) - static_cast<float>(ramp.size() / 2)) / 1024.f;
+  std::shuffle(ramp.begin(), ramp.end(), rng);
+  std::copy(ramp.begin(), ramp.end(), x.data_as<float>());
+  return x;
+}
+
 TEST_P(OpsBackend, MaxPool) {
   REQUIRE_OP(Op::maxpool2d);
   for (const PoolCase& pc : kPoolCases) {
@@ -126,13 +139,7 @@ TEST_P(OpsBackend, MaxPool) {
                                       << ") k" << p.kernel << " s" << p.stride << " p" << p.pad);
     const int64_t OH = (pc.H + 2 * p.pad - p.kernel) / p.stride + 1;
     const int64_t OW = (pc.W + 2 * p.pad - p.kernel) / p.stride + 1;
-    // Distinct values (a shuffled ramp, exact in f32): no ties in f32.
-    Tensor x = Tensor::empty({pc.N, pc.C, pc.H, pc.W}, F32);
-    std::vector<float> ramp(static_cast<size_t>(x.numel()));
-    for (size_t i = 0; i < ramp.size(); ++i)
-      ramp[i] = (static_cast<float>(i) - static_cast<float>(ramp.size() / 2)) / 1024.f;
-    std::shuffle(ramp.begin(), ramp.end(), rng_);
-    std::copy(ramp.begin(), ramp.end(), x.data_as<float>());
+    const Tensor x = distinct_values({pc.N, pc.C, pc.H, pc.W}, rng_);
     Tensor y = out({pc.N, pc.C, OH, OW}, dt(), lay());
     be().maxpool2d_fwd(p, up(x, dt(), lay()), y);
     Tensor yr = rout(y.shape());
@@ -157,12 +164,7 @@ TEST_P(OpsBackend, MaxPoolFwdThenBwd) {
                                       << ") k" << p.kernel << " s" << p.stride << " p" << p.pad);
     const int64_t OH = (pc.H + 2 * p.pad - p.kernel) / p.stride + 1;
     const int64_t OW = (pc.W + 2 * p.pad - p.kernel) / p.stride + 1;
-    Tensor x = Tensor::empty({pc.N, pc.C, pc.H, pc.W}, F32);  // distinct values, as above
-    std::vector<float> ramp(static_cast<size_t>(x.numel()));
-    for (size_t i = 0; i < ramp.size(); ++i)
-      ramp[i] = (static_cast<float>(i) - static_cast<float>(ramp.size() / 2)) / 1024.f;
-    std::shuffle(ramp.begin(), ramp.end(), rng_);
-    std::copy(ramp.begin(), ramp.end(), x.data_as<float>());
+    const Tensor x = distinct_values({pc.N, pc.C, pc.H, pc.W}, rng_);
     const Tensor xd = up(x, dt(), lay());
     Tensor y = out({pc.N, pc.C, OH, OW}, dt(), lay());
     be().maxpool2d_fwd(p, xd, y);

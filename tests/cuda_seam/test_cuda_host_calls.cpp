@@ -310,15 +310,21 @@ TEST(CudaCaptureHostCalls, CapturingAnUnwarmedConvolutionFails) {
   EXPECT_TRUE(warm.be->capture([&] { warm.be->conv2d_fwd(v.p, v.x, v.w, v.y); }));
 }
 
-/// RN50_CUDA_BN_JOIN set to `v` (unset when null) for the scope.
-struct BnJoinEnv {
-  explicit BnJoinEnv(const char* v) {
+/// Environment variable `name` set to `v` (unset when null) for the scope, unset after it.
+struct ScopedEnv {
+  ScopedEnv(const char* name, const char* v) : name_(name) {
     if (v)
-      setenv("RN50_CUDA_BN_JOIN", v, 1);
+      setenv(name, v, 1);
     else
-      unsetenv("RN50_CUDA_BN_JOIN");
+      unsetenv(name);
   }
-  ~BnJoinEnv() { unsetenv("RN50_CUDA_BN_JOIN"); }
+  ~ScopedEnv() { unsetenv(name_); }
+  const char* name_;
+};
+
+/// RN50_CUDA_BN_JOIN set to `v` (unset when null) for the scope.
+struct BnJoinEnv : ScopedEnv {
+  explicit BnJoinEnv(const char* v) : ScopedEnv("RN50_CUDA_BN_JOIN", v) {}
 };
 
 /// The kernel names (demangled, as registered) launched in `cs`.
@@ -410,14 +416,8 @@ TEST(CudaBnJoinHostCalls, FusedOpsLaunchOnlyTheBatchNormKernels) {
 }
 
 /// RN50_CUDA_BN_COEFFS set to `v` (unset when null) for the scope.
-struct BnCoeffsEnv {
-  explicit BnCoeffsEnv(const char* v) {
-    if (v)
-      setenv("RN50_CUDA_BN_COEFFS", v, 1);
-    else
-      unsetenv("RN50_CUDA_BN_COEFFS");
-  }
-  ~BnCoeffsEnv() { unsetenv("RN50_CUDA_BN_COEFFS"); }
+struct BnCoeffsEnv : ScopedEnv {
+  explicit BnCoeffsEnv(const char* v) : ScopedEnv("RN50_CUDA_BN_COEFFS", v) {}
 };
 
 /// The kernel launches of `cs` whose name contains `part`.
@@ -499,10 +499,7 @@ TEST(CudaMaxPoolHostCalls, IndicesAreReadOnlyAfterTheMatchingForward) {
   Pool2dParams p{3, 2, 1};
   for (const char* v : {"indices", "recompute", static_cast<const char*>(nullptr)}) {
     SCOPED_TRACE(v ? v : "unset");
-    if (v)
-      setenv("RN50_CUDA_MAXPOOL_BWD", v, 1);
-    else
-      unsetenv("RN50_CUDA_MAXPOOL_BWD");
+    ScopedEnv env("RN50_CUDA_MAXPOOL_BWD", v);
     auto be = make_backend("cuda");
     const bool on = v && std::string(v) == "indices";
     Tensor x = be->alloc({2, 64, 16, 16}, DType::f16, Layout::NHWC);
@@ -519,9 +516,8 @@ TEST(CudaMaxPoolHostCalls, IndicesAreReadOnlyAfterTheMatchingForward) {
     Pool2dParams q{2, 2, 0};
     EXPECT_FALSE(bwd_reads_indices(*be, q, x, y, dy, dx));
   }
-  setenv("RN50_CUDA_MAXPOOL_BWD", "cached", 1);
+  ScopedEnv env("RN50_CUDA_MAXPOOL_BWD", "cached");
   EXPECT_THROW(make_backend("cuda"), Error);
-  unsetenv("RN50_CUDA_MAXPOOL_BWD");
 }
 
 // With RN50_CUDA_BN_JOIN unset and with it fused: the fused step's eager steps launch no
