@@ -119,6 +119,7 @@ class KrscRefBackend final : public Backend {
   void update_loss_scale(const LossScaleParams& p, Tensor& st) override {
     b_->update_loss_scale(p, st);
   }
+  void load_step_inputs(const Tensor& ring, Tensor& st) override { b_->load_step_inputs(ring, st); }
   int krsc_convs_ = 0;
   int copies_ = 0;  ///< copy() calls so far (upload_input, Backend's default, included)
 

@@ -428,6 +428,9 @@ class RecordingBackend final : public Backend {
   void update_loss_scale(const LossScaleParams& p, Tensor& state) override {
     op("update_loss_scale", [=, this]() mutable { in_->update_loss_scale(p, state); });
   }
+  void load_step_inputs(const Tensor& ring, Tensor& state) override {
+    op("load_step_inputs", [=, this]() mutable { in_->load_step_inputs(ring, state); });
+  }
 
  private:
   /// A recorded sequence of calls (see the file comment).

@@ -375,6 +375,35 @@ TEST_P(OpsBackend, AmpCheckFiniteAndLossScale) {
   EXPECT_EQ(h2.data_as<float>()[StepState::skipped_steps], 1.f);
 }
 
+// load_step_inputs against its definition (rn50/backend.h), written out here: a 3-row ring read
+// 7 times from row 0 wraps twice; the other fields of the state are untouched; the host may
+// rewrite a row once the step that read it has run. A ring that is not (R, 2) f32 is refused.
+TEST_P(OpsBackend, LoadStepInputsWalksTheRing) {
+  constexpr int64_t kRows = 3;
+  Tensor ring = be().alloc_host({kRows, 2}, F32);
+  Tensor st = up(step_state(0.f, 256.f), F32, NCHW);
+  for (int step = 0; step < 7; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    const int64_t row = step % kRows;
+    ring.data_as<float>()[2 * row] = 0.01f * static_cast<float>(step + 1);
+    ring.data_as<float>()[2 * row + 1] = 0.125f * static_cast<float>(step);
+    be().load_step_inputs(ring, st);
+    const Tensor h = state_host(st);  // waits for the device: the row may be rewritten next
+    const float* s = h.data_as<float>();
+    EXPECT_EQ(s[StepState::lr], 0.01f * static_cast<float>(step + 1));
+    EXPECT_EQ(s[StepState::mixup_lambda], 0.125f * static_cast<float>(step));
+    EXPECT_EQ(s[StepState::ring_pos], static_cast<float>((step + 1) % kRows));
+    EXPECT_EQ(s[StepState::loss_scale], 256.f);
+    EXPECT_EQ(s[StepState::inv_loss_scale], 1.f / 256.f);
+  }
+  Tensor bad = be().alloc_host({kRows, 3}, F32);
+  EXPECT_THROW(be().load_step_inputs(bad, st), Error);
+  Tensor on_device = be().alloc({kRows, 2}, F32);
+  if (!on_device.is_cpu()) {
+    EXPECT_THROW(be().load_step_inputs(on_device, st), Error);
+  }
+}
+
 RN50_INSTANTIATE_OPS_BACKEND();
 
 }  // namespace

@@ -56,14 +56,15 @@ struct Pool2dParams {
 /// StepState::size elements on the backend device; these are the element indices.
 struct StepState {
   enum : int {
-    lr = 0,              ///< learning rate of the step (written by the host before the step)
+    lr = 0,              ///< learning rate of the step (load_step_inputs, from the host's ring)
     loss_scale = 1,      ///< AMP loss scale S (1 without AMP)
     inv_loss_scale = 2,  ///< 1 / S, the factor that unscales gradients in sgd_update
     found_inf = 3,       ///< 1 when this step's gradients hold an inf/NaN (check_finite)
     growth_tracker = 4,  ///< consecutive finite steps since the scale last changed
     skipped_steps = 5,   ///< total steps skipped for overflow (read back for logging)
-    mixup_lambda = 6,    ///< mixup weight lam of the step (--mixup; written by the host before
-                         ///< the step; read by mixup_images and softmax_xent_mixup_*)
+    mixup_lambda = 6,    ///< mixup weight lam of the step (--mixup; load_step_inputs, from the
+                         ///< host's ring; read by mixup_images and softmax_xent_mixup_*)
+    ring_pos = 7,        ///< the row of the step-input ring the next load_step_inputs reads
     size = 8
   };
 };
@@ -169,10 +170,13 @@ class Backend {
     return Tensor::empty(std::move(shape), dtype, layout);
   }
   /// Input upload that overlaps compute: copies the host tensor `src` (same shape and dtype as
-  /// dst; any host memory, it is staged through pinned memory) into the device tensor `dst` on
-  /// a side stream, after the work that read dst before the last release_input(dst) is done;
-  /// work queued afterwards waits for the copy. `src` may be reused as soon as this returns.
-  /// CPU backends: copy(src, dst).
+  /// dst) into the device tensor `dst` on a side stream, after the work that read dst before
+  /// the last release_input(dst) is done; work queued afterwards waits for the copy. Pageable
+  /// `src` is staged through pinned memory and may be reused as soon as this returns; pinned
+  /// `src` (alloc_host: the data loader's batches) is copied from directly, and the backend
+  /// keeps a reference to its storage until the copy has run (the next upload into dst, or
+  /// forget_input): do not write into it before then (a batch pool never reuses a storage
+  /// someone still holds). CPU backends: copy(src, dst).
   virtual void upload_input(const Tensor& src, Tensor& dst) { copy(src, dst); }
   /// Marks that the work queued so far is the last to read `dst` before the next upload_input
   /// into it (double-buffered inputs). CPU backends: no-op.
@@ -376,6 +380,16 @@ class Backend {
   /// torch's _amp_update_scale_), growth_tracker = 0. Then inv_loss_scale = 1 / loss_scale and
   /// found_inf = 0.
   virtual void update_loss_scale(const LossScaleParams& p, Tensor& state) = 0;
+  /// Start of a step: the step's host inputs without a copy. `ring`: f32 (R, 2) host memory
+  /// from alloc_host() (pinned, and so readable by the device's kernels under unified
+  /// addressing: CUDA Programming Guide, "Unified Virtual Address Space"), row r = {lr, mixup
+  /// lambda} of a step, written by the host before it queues that step. With
+  /// r = state[ring_pos]: state[lr] = ring[r][0], state[mixup_lambda] = ring[r][1],
+  /// state[ring_pos] = (r + 1) % R. The host must not rewrite a row before the step that reads
+  /// it has run (TrainStep keeps at most R steps in flight). Default (CPU backends): on the
+  /// host (core/step_state.h). Throws rn50::Error when ring is not host f32 (R, 2) or the
+  /// state is not a step state of this backend.
+  virtual void load_step_inputs(const Tensor& ring, Tensor& state);
 };
 
 /// Backends by name: "ref" and "onednn" always (CPU); "cuda" when built with RN50_CUDA.

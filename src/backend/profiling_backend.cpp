@@ -44,6 +44,7 @@ constexpr ProfileOp kFqWeight{"fake-quant weight", "qat", "fwd"};
 constexpr ProfileOp kSgd{"sgd update", "sgd", "update"};
 constexpr ProfileOp kCheckFinite{"check finite", "amp", "-"};
 constexpr ProfileOp kLossScale{"update loss scale", "amp", "-"};
+constexpr ProfileOp kStepInputs{"load step inputs", "sgd", "-"};
 constexpr ProfileOp kCopy{"copy", "copy", "-"};
 constexpr ProfileOp kZero{"zero", "copy", "-"};
 constexpr ProfileOp kAlloc{"alloc", "alloc", "-"};
@@ -298,6 +299,9 @@ class ProfilingBackend final : public Backend {
   }
   void update_loss_scale(const LossScaleParams& p, Tensor& state) override {
     timed(kLossScale, 0, 0, "fp32", [&] { in_->update_loss_scale(p, state); });
+  }
+  void load_step_inputs(const Tensor& ring, Tensor& state) override {
+    timed(kStepInputs, 0, 0, "fp32", [&] { in_->load_step_inputs(ring, state); });
   }
 
  private:

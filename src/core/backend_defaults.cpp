@@ -1,9 +1,11 @@
 // rn50: the default implementations of the Backend interface's optional ops (rn50/backend.h):
 // the fused inference convolution refused, the fused BatchNorm + residual join as the separate
-// ops. In rn50_core, beneath every backend: each backend derives from Backend and needs these
-// (and Backend's type information, emitted with them) whatever else it links.
+// ops, the step-input ring read on the host. In rn50_core, beneath every backend: each backend
+// derives from Backend and needs these (and Backend's type information, emitted with them)
+// whatever else it links.
 #include "backend/fused_bn_checks.h"
 #include "core/check.h"
+#include "core/step_state.h"
 #include "rn50/backend.h"
 
 namespace rn50 {
@@ -39,6 +41,10 @@ void Backend::batchnorm_add_relu_bwd(const BatchNormParams& p, const Tensor& x, 
   BatchNormParams bn = p;
   bn.relu = false;
   batchnorm_bwd(bn, x, Tensor(), dres, gamma, save_mean, save_var, dx, dgamma, dbeta);
+}
+
+void Backend::load_step_inputs(const Tensor& ring, Tensor& state) {
+  host_load_step_inputs(ring, state);
 }
 
 }  // namespace rn50

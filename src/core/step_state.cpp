@@ -88,6 +88,31 @@ float host_mixup_lambda(const char* op, const Tensor& state) {
   return lam;
 }
 
+void check_step_input_ring(const char* op, const Tensor& ring) {
+  RN50_CHECK(ring.defined() && ring.is_cpu() && ring.dtype() == DType::f32 && ring.ndim() == 2 &&
+                 ring.dim(0) >= 1 && ring.dim(1) == 2,
+             "{}: the step-input ring must be host F32 (R, 2) with R >= 1 (alloc_host), got {}",
+             op, ring.defined() ? ring.str() : "undefined");
+}
+
+void host_load_step_inputs(const Tensor& ring, Tensor& state) {
+  check_step_input_ring("load_step_inputs", ring);
+  check_host_step_state("load_step_inputs", state);
+  float* s = state.data_as<float>();
+  const int64_t rows = ring.dim(0);
+  const float pos = s[StepState::ring_pos];
+  RN50_CHECK(pos >= 0.f && pos < static_cast<float>(rows) && pos == static_cast<float>(
+                 static_cast<int64_t>(pos)),
+             "load_step_inputs: the step state's ring position {} is not a row of the {}-row "
+             "ring",
+             pos, rows);
+  const auto r = static_cast<int64_t>(pos);
+  const float* row = ring.data_as<const float>() + 2 * r;
+  s[StepState::lr] = row[0];
+  s[StepState::mixup_lambda] = row[1];
+  s[StepState::ring_pos] = static_cast<float>((r + 1) % rows);
+}
+
 void check_sgd_extras(const char* op, const SgdParams& p, int64_t n) {
   if (p.mask.defined())
     RN50_CHECK(p.mask.dtype() == DType::u8 && p.mask.ndim() == 1 && p.mask.numel() == n,

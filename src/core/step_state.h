@@ -35,5 +35,10 @@ float resolve_loss_scale(const char* op, float scale, const Tensor& state);
 /// state[StepState::mixup_lambda] of a host step state, checked to lie in [0, 1] (throws
 /// rn50::Error naming `op` otherwise, or when state is not a host step state).
 float host_mixup_lambda(const char* op, const Tensor& state);
+/// Throws rn50::Error naming `op` unless `ring` is the step-input ring of
+/// Backend::load_step_inputs: host f32 (R, 2), R >= 1.
+void check_step_input_ring(const char* op, const Tensor& ring);
+/// Backend::load_step_inputs on a host step state.
+void host_load_step_inputs(const Tensor& ring, Tensor& state);
 
 }  // namespace rn50

@@ -39,7 +39,9 @@ class SyntheticSource final : public DataSource {
     distinct_ = std::clamp<int64_t>(fit, 1, num_batches_);
     data::SampleRng rng(opt.seed, 0x5e7, static_cast<uint64_t>(opt.rank));  // distinct per rank
     for (int64_t b = 0; b < distinct_; ++b) {
-      auto s = data::allocate_host_storage(one.total_bytes());
+      // From opt.alloc_host when given (pinned on CUDA: uploaded without staging).
+      auto s = opt.alloc_host ? data::allocate_with(opt.alloc_host, one.total_bytes())
+                              : data::allocate_host_storage(one.total_bytes());
       auto* px = static_cast<uint8_t*>(s->ptr);
       for (size_t i = 0; i < one.image_bytes(); i += 8) {
         const uint64_t r = rng.next();

@@ -1,5 +1,6 @@
 #include "train/train_step.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -12,9 +13,8 @@ TrainStep::TrainStep(Backend& backend, ResNet& model, InputStage& input, SgdOpti
     : be_(backend), model_(model), input_(input), optimizer_(optimizer), opt_(opt) {
   state_ = be_.alloc({StepState::size}, DType::f32);
   loss_ = be_.alloc({1}, DType::f32);
-  // Pageable on purpose: a copy from pageable memory is staged before copy() returns, so the
-  // next step may overwrite the value at once (pinned memory would be read when the copy runs).
-  lr_host_ = Tensor::empty({2}, DType::f32);
+  ring_ = be_.alloc_host({kRingRows, 2}, DType::f32);
+  std::fill_n(ring_.data_as<float>(), 2 * kRingRows, 0.f);
   set_loss_scale(opt_.loss_scaling ? opt_.initial_loss_scale : 1.f, 0.f);
   // CPU AMP bf16 (no loss scaling: nothing checks the f32 gradients): SGD reads the conv/fc
   // gradients in the bf16 slab backward wrote, unconverted (Backend::sgd_takes_bf16_grads).
@@ -45,8 +45,11 @@ void TrainStep::set_loss_scale(float scale, float skipped_steps) {
   s[StepState::loss_scale] = scale;
   s[StepState::inv_loss_scale] = 1.f / scale;
   s[StepState::skipped_steps] = skipped_steps;
+  s[StepState::ring_pos] = 0.f;
   be_.copy(h, state_);
   be_.synchronize();
+  ring_pos_ = 0;
+  since_sync_ = 0;
 }
 
 Tensor TrainStep::read_state() {
@@ -62,6 +65,7 @@ const Tensor& TrainStep::logits() const {
 }
 
 void TrainStep::queue_step(int slot) {
+  be_.load_step_inputs(ring_, state_);
   input_.normalize(slot);
   if (opt_.mixup) {
     RN50_CHECK(input_.reversed_labels(slot).defined(),
@@ -100,17 +104,21 @@ void TrainStep::queue_step(int slot) {
 }
 
 void TrainStep::run(int slot, double lr, double mixup_lambda) {
-  // The only per-step host inputs: the lr (and mixup's lam), copied into the device step state.
-  lr_host_.data_as<float>()[0] = static_cast<float>(lr);
-  Tensor lr_dev = state_.slice0(StepState::lr, StepState::lr + 1);
-  be_.copy(lr_host_.slice0(0, 1), lr_dev);
-  if (opt_.mixup) {
+  // The only per-step host inputs, the lr and mixup's lam, go into the ring row this step's
+  // load_step_inputs reads. The row was last read kRingRows steps ago: wait for the device
+  // before rewriting it unless run() waited since.
+  if (opt_.mixup)
     RN50_CHECK(mixup_lambda >= 0.0 && mixup_lambda <= 1.0,
                "TrainStep: the mixup weight {} is outside [0, 1]", mixup_lambda);
-    lr_host_.data_as<float>()[1] = static_cast<float>(mixup_lambda);
-    Tensor lam_dev = state_.slice0(StepState::mixup_lambda, StepState::mixup_lambda + 1);
-    be_.copy(lr_host_.slice0(1, 2), lam_dev);
+  if (since_sync_ == kRingRows) {
+    be_.synchronize();
+    since_sync_ = 0;
   }
+  float* row = ring_.data_as<float>() + 2 * ring_pos_;
+  row[0] = static_cast<float>(lr);
+  row[1] = opt_.mixup ? static_cast<float>(mixup_lambda) : 1.f;
+  ring_pos_ = (ring_pos_ + 1) % kRingRows;
+  ++since_sync_;
 
   auto g = graphs_.find(slot);
   if (g != graphs_.end()) {

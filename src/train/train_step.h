@@ -62,8 +62,14 @@ class TrainStep {
 
   /// Queues one step on the images and labels uploaded into input slot `slot`, with learning
   /// rate lr and (StepOptions::mixup) mixup weight mixup_lambda in [0, 1]. Returns without
-  /// waiting for the device.
+  /// waiting for the device. lr and lam go into the next row of the step-input ring (pinned
+  /// host memory), which the step's first op reads on the device (Backend::load_step_inputs):
+  /// no copy per step. Every kRingRows steps without a synchronisation, run() waits for the
+  /// device (Backend::synchronize) before it rewrites a row a queued step may still read.
   void run(int slot, double lr, double mixup_lambda = 1.0);
+  /// Rows of the step-input ring: the most steps run() keeps queued (the data loader's upload
+  /// waits bound that to about 3 in training; the synthetic benchmark has no such wait).
+  static constexpr int64_t kRingRows = 256;
   /// f32 {1} on the device: the (unscaled) mean loss of the last step.
   const Tensor& loss() const { return loss_; }
   /// f32 (N, classes) on the device: the logits of the last step (f32 even under AMP).
@@ -88,7 +94,11 @@ class TrainStep {
   InputStage& input_;
   SgdOptimizer& optimizer_;
   StepOptions opt_;
-  Tensor state_, loss_, probs_, dlogits_, lr_host_;
+  Tensor state_, loss_, probs_, dlogits_;
+  /// f32 (kRingRows, 2) {lr, mixup lambda} per step, host memory from alloc_host.
+  Tensor ring_;
+  int64_t ring_pos_ = 0;       ///< the row the next run() writes (the device's ring_pos too)
+  int64_t since_sync_ = 0;     ///< steps queued since run() last waited for the device
   std::map<int, int> eager_runs_;                  ///< slot -> eager steps run
   /// A recorded step and what it was recorded against: replayed only while the model's
   /// activation buffers and the input buffers are the same.

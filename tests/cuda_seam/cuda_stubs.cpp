@@ -251,6 +251,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
   std::lock_guard<std::mutex> lock(stub::st().mu);
   StubCall& c = stub::record_locked("cudaMemcpyAsync");
   c.ptr = dst;
+  c.src = src;
   c.bytes = count;
   const bool sd = stub::is_device_locked(src), dd = stub::is_device_locked(dst);
   c.detail = sd ? (dd ? "D2D" : "D2H") : (dd ? "H2D" : "H2H");

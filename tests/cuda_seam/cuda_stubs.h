@@ -33,6 +33,7 @@ struct StubCall {
   std::string detail;       ///< kernel name; conv plan signature; memcpy kind; status
   bool in_capture = false;  ///< a stream capture was active when it was called
   const void* ptr = nullptr;  ///< malloc result, workspace pointer, memcpy destination
+  const void* src = nullptr;  ///< memcpy source
   size_t bytes = 0;           ///< malloc size, workspace size, memcpy count
   int algo = -1;              ///< cuDNN algorithm of a convolution call
   bool failed = false;        ///< the stub returned an error

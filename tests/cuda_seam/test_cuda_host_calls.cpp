@@ -16,8 +16,12 @@
 //    pinned allocation or synchronisation, and replays with one cudaGraphLaunch; capturing a
 //    convolution that never ran eagerly fails (the stubs refuse its allocation);
 //  * a TrainStep on the stubbed backend (the small net, fp16 with loss scaling, graphs): each
-//    steady-state step is one cudaGraphLaunch, the batch's two uploads and the lr copy, no
-//    allocation, no stream or device synchronisation, no kernel outside the graph;
+//    steady-state step is one cudaGraphLaunch and the batch's two uploads (no copy of the lr:
+//    the step's first kernel reads it from the pinned step-input ring), no allocation, no
+//    stream or device synchronisation, no kernel outside the graph; a batch in pinned memory
+//    (the loader's, from alloc_host) is the upload's source itself, a pageable one is staged;
+//    run() waits for the device once every TrainStep::kRingRows steps, before it rewrites a
+//    ring row, and at no other step;
 //  * RN50_CUDA_BN_JOIN: unset, the fused BN + residual join is not claimed (the separate
 //    kernels run); "fused" claims it, and the fused forward and backward launch BN's three
 //    kernels and nothing else, where the separate ops launch an add_relu kernel besides; a
@@ -33,6 +37,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -341,6 +346,17 @@ int count_named(const std::vector<std::string>& names, const std::string& part) 
   }));
 }
 
+/// b in pinned host memory from be.alloc_host (what the data loader delivers on CUDA).
+Batch pinned_copy(Backend& be, const Batch& b) {
+  Batch p;
+  p.images = be.alloc_host(b.images.shape(), b.images.dtype(), b.images.layout());
+  std::memcpy(p.images.data(), b.images.data(), b.images.nbytes());
+  p.labels = be.alloc_host(b.labels.shape(), b.labels.dtype(), b.labels.layout());
+  std::memcpy(p.labels.data(), b.labels.data(), b.labels.nbytes());
+  p.size = b.size;
+  return p;
+}
+
 TEST(CudaBnJoinHostCalls, TheSwitchDecidesWhatSupportsClaims) {
   for (Layout l : {Layout::NHWC, Layout::NCHW}) {
     {
@@ -543,8 +559,12 @@ TEST(CudaTrainStepHostCalls, SteadyStateIsOneGraphLaunchPerStep) {
     TrainStep step(*be, m, in, opt, so);
     constexpr int kSteps = 7, kBatch = 4, kHw = 32;
     std::vector<std::vector<StubCall>> steps;
+    std::vector<Batch> batches;
     for (int i = 0; i < kSteps; ++i) {
-      const Batch b = random_batch(kBatch, kHw, 10, 100 + i);
+      // Odd steps: the batch in pinned memory, as the data loader delivers it on CUDA.
+      const Batch b = i % 2 ? pinned_copy(*be, random_batch(kBatch, kHw, 10, 100 + i))
+                            : random_batch(kBatch, kHw, 10, 100 + i);
+      batches.push_back(b);
       const size_t c0 = cuda_stub::num_calls();
       const int s = in.upload(b);
       step.run(s, 0.05 + 0.01 * i);
@@ -558,6 +578,9 @@ TEST(CudaTrainStepHostCalls, SteadyStateIsOneGraphLaunchPerStep) {
       if (i < 2) {  // eager: one per input slot
         EXPECT_EQ(count(cs, "cudaStreamBeginCapture"), 0);
         EXPECT_GT(count(cs, "kernel"), 20);
+        const std::vector<std::string> k = kernel_names(cs);
+        ASSERT_FALSE(k.empty());
+        EXPECT_EQ(count_named(k, "load_step_inputs_kernel"), 1) << dump(cs, true);
         continue;
       }
       if (i < 4) {  // the recording of the slot's step, then its first replay
@@ -582,15 +605,20 @@ TEST(CudaTrainStepHostCalls, SteadyStateIsOneGraphLaunchPerStep) {
       EXPECT_EQ(count(cs, "cudaStreamSynchronize"), 0) << dump(cs);
       EXPECT_EQ(count(cs, "cudaDeviceSynchronize"), 0) << dump(cs);
       EXPECT_EQ(count(cs, "cudaEventSynchronize"), 2) << dump(cs);
-      // Host-to-device: the batch (images, labels) and the lr (one f32 into the step state).
+      // Host-to-device: the batch (images, labels) and nothing else (no lr copy). A pinned
+      // batch is the copies' source; a pageable one goes through the slot's staging buffer,
+      // allocated by the slot's first upload (steps 0 and 1), not now.
+      const Batch& b = batches[static_cast<size_t>(i)];
       std::vector<size_t> h2d;
       for (const StubCall& c : cs)
         if (c.fn == "cudaMemcpyAsync") {
           EXPECT_EQ(c.detail, "H2D");
           h2d.push_back(c.bytes);
+          const bool from_batch = c.src == b.images.data() || c.src == b.labels.data();
+          EXPECT_EQ(from_batch, i % 2 == 1) << "step " << i << ": source " << c.src;
         }
       std::sort(h2d.begin(), h2d.end());
-      EXPECT_EQ(h2d, (std::vector<size_t>{sizeof(float), size_t{kBatch} * sizeof(int32_t),
+      EXPECT_EQ(h2d, (std::vector<size_t>{size_t{kBatch} * sizeof(int32_t),
                                           size_t{kBatch} * 3 * kHw * kHw}));
     }
     eager[join ? "fused" : "separate"] = kernel_names(steps[0]);
@@ -601,6 +629,48 @@ TEST(CudaTrainStepHostCalls, SteadyStateIsOneGraphLaunchPerStep) {
   EXPECT_EQ(count_named(fused, "add_relu_bwd_kernel"), 0);
   EXPECT_LT(count_named(fused, "eltwise_flat_kernel"), count_named(sep, "eltwise_flat_kernel"));
   EXPECT_EQ(count_named(fused, "bn_fwd_apply"), count_named(sep, "bn_fwd_apply"));
+}
+
+// The step-input ring (TrainStep::kRingRows rows): run() rewrites row r only after the step that
+// read it last has run. Without any other synchronisation in between, the run that comes back
+// to a row after kRingRows steps waits for the device first (Backend::synchronize: both
+// streams), and no other run waits at all.
+TEST(CudaTrainStepHostCalls, RingRowIsRewrittenOnlyAfterTheDeviceCaughtUp) {
+  auto be = make_backend("cuda");
+  ModelOptions mo;
+  mo.num_classes = 10;
+  mo.layout = Layout::NHWC;
+  mo.compute_dtype = DType::f16;
+  ResNet m(*be, kNet, mo);
+  m.init(11);
+  InputStage in(*be, Layout::NHWC, DType::f16, 10, 2);
+  StepOptions so;
+  so.use_graphs = true;
+  SgdOptimizer opt(*be, m, {});
+  TrainStep step(*be, m, in, opt, so);
+  // One upload for both slots, as the synthetic benchmark's repeated batches would do without
+  // the loader's per-batch wait: the only bound on the queue is the ring.
+  const Batch b = pinned_copy(*be, random_batch(2, 32, 10, 7));
+  const int s0 = in.upload(b), s1 = in.upload(b);
+  const int64_t rows = TrainStep::kRingRows;
+  std::vector<int64_t> waited;
+  for (int64_t i = 0; i < 2 * rows + 3; ++i) {
+    const size_t c0 = cuda_stub::num_calls();
+    step.run(i % 2 ? s1 : s0, 0.1);
+    if (count(cuda_stub::calls(c0), "cudaStreamSynchronize") > 0) waited.push_back(i);
+  }
+  EXPECT_EQ(step.replayed_steps(), 2 * rows + 3 - 2);
+  EXPECT_EQ(waited, (std::vector<int64_t>{rows, 2 * rows}));
+  // A loss-scale reset rewrites the device's ring position with the rest of the state (and
+  // waits): the host's count starts over with it.
+  step.set_loss_scale(64.f, 0.f);
+  waited.clear();
+  for (int64_t i = 0; i < rows + 1; ++i) {
+    const size_t c0 = cuda_stub::num_calls();
+    step.run(i % 2 ? s1 : s0, 0.1);
+    if (count(cuda_stub::calls(c0), "cudaStreamSynchronize") > 0) waited.push_back(i);
+  }
+  EXPECT_EQ(waited, (std::vector<int64_t>{rows}));
 }
 
 }  // namespace

@@ -128,16 +128,6 @@ bool is_float16ish_or_f32(DType t) {
   return t == DType::f32 || t == DType::f16 || t == DType::bf16;
 }
 
-/// True when host pointer `p` is page-locked (cudaMallocHost / registered) memory.
-bool is_pinned(const void* p) {
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    (void)cudaGetLastError();  // not a CUDA-known pointer: pageable
-    return false;
-  }
-  return a.type == cudaMemoryTypeHost;
-}
-
 /// The Graph returned by capture(): an instantiated cudaGraph replayed on the backend stream.
 class CudaGraph final : public Graph {
  public:
@@ -169,6 +159,15 @@ class CudaGraph final : public Graph {
 };
 
 }  // namespace
+
+bool is_pinned(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // not a CUDA-known pointer: pageable
+    return false;
+  }
+  return a.type == cudaMemoryTypeHost;
+}
 
 // ---------------------------------------------------------------- construction
 
@@ -404,11 +403,14 @@ void ensure_events(cudaEvent_t& released, cudaEvent_t& uploaded) {
 }  // namespace
 
 // upload_input(): the slot of dst (keyed by its device pointer) owns a pinned staging buffer
-// and two events. Sequence: wait (host) until the slot's previous H2D copy has read the
-// staging buffer; memcpy src into it; on copy_stream_, wait for the slot's `released` event
-// (the main-stream work that last read dst), copy H2D, record `uploaded`; the main stream
-// waits for `uploaded`. The first upload into a slot without any release_input() waits for
-// all main-stream work queued so far. Tensors whose memory orders differ fall back to copy().
+// and two events. Sequence: wait (host) until the slot's previous H2D copy has read its source
+// (then drop the slot's hold on a pinned source); a pageable src is memcpy'd into the staging
+// buffer, a pinned src (the data loader's batches from alloc_host) is the copy's source itself
+// and held (a Tensor sharing its storage, so the batch pool cannot reuse it) until then; on
+// copy_stream_, wait for the slot's `released` event (the main-stream work that last read
+// dst), copy H2D, record `uploaded`; the main stream waits for `uploaded`. The first upload
+// into a slot without any release_input() waits for all main-stream work queued so far.
+// Tensors whose memory orders differ fall back to copy().
 void CudaBackend::upload_input(const Tensor& src, Tensor& dst) {
   check_device("upload_input", "dst", dst);
   RN50_CHECK(src.defined() && src.is_cpu(), "cuda upload_input: src {} must be a host tensor",
@@ -425,21 +427,28 @@ void CudaBackend::upload_input(const Tensor& src, Tensor& dst) {
   InputSlot& s = input_slots_[dst.data()];
   ensure_events(s.released, s.uploaded);
   if (s.has_upload) RN50_CUDA_CHECK(cudaEventSynchronize(s.uploaded));
-  if (s.pinned_bytes < n) {
-    if (s.pinned) RN50_CUDA_CHECK(cudaFreeHost(s.pinned));
-    s.pinned = nullptr;
-    s.pinned_bytes = 0;
-    RN50_CUDA_CHECK(cudaMallocHost(&s.pinned, n));
-    s.pinned_bytes = n;
+  s.held = Tensor();
+  const void* from = src.data();
+  if (is_pinned(src.data())) {
+    s.held = src;
+  } else {
+    if (s.pinned_bytes < n) {
+      if (s.pinned) RN50_CUDA_CHECK(cudaFreeHost(s.pinned));
+      s.pinned = nullptr;
+      s.pinned_bytes = 0;
+      RN50_CUDA_CHECK(cudaMallocHost(&s.pinned, n));
+      s.pinned_bytes = n;
+    }
+    std::memcpy(s.pinned, src.data(), n);
+    from = s.pinned;
   }
-  std::memcpy(s.pinned, src.data(), n);
   if (!s.has_release) {
     RN50_CUDA_CHECK(cudaEventRecord(s.released, stream_));
     s.has_release = true;
   }
   RN50_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, s.released, 0));
   RN50_CUDA_CHECK(
-      cudaMemcpyAsync(dst.data(), s.pinned, n, cudaMemcpyHostToDevice, copy_stream_));
+      cudaMemcpyAsync(dst.data(), from, n, cudaMemcpyHostToDevice, copy_stream_));
   RN50_CUDA_CHECK(cudaEventRecord(s.uploaded, copy_stream_));
   s.has_upload = true;
   RN50_CUDA_CHECK(cudaStreamWaitEvent(stream_, s.uploaded, 0));

@@ -159,6 +159,9 @@ class CudaBackend final : public Backend {
                   Tensor& momentum_buf) override;
   void check_finite(const Tensor& x, Tensor& state) override;
   void update_loss_scale(const LossScaleParams& p, Tensor& state) override;
+  /// One thread reads the ring row from pinned host memory (sgd.cu); ring must come from
+  /// alloc_host (rn50::Error otherwise).
+  void load_step_inputs(const Tensor& ring, Tensor& state) override;
 
   // ---- shared with the op files ----
   cudaStream_t stream() const { return stream_; }
@@ -224,8 +227,9 @@ class CudaBackend final : public Backend {
   struct InputSlot {
     cudaEvent_t released = nullptr;  ///< recorded on stream_ by release_input
     cudaEvent_t uploaded = nullptr;  ///< recorded on copy_stream_ after the H2D copy
-    void* pinned = nullptr;          ///< pinned staging of the slot
+    void* pinned = nullptr;          ///< pinned staging of the slot (pageable sources)
     size_t pinned_bytes = 0;
+    Tensor held;                     ///< a pinned source the last H2D copy reads directly
     bool has_release = false, has_upload = false;
   };
   std::map<const void*, InputSlot> input_slots_;

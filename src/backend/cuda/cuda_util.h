@@ -45,6 +45,12 @@ cudnnDataType_t cudnn_dtype(DType t);
 /// CUDA library data type (cudaDataType_t) for cuBLASLt; throws on unsupported dtypes.
 cudaDataType_t cuda_dtype(DType t);
 
+/// True when host pointer `p` (any address inside the allocation) is page-locked memory
+/// (cudaMallocHost, cudaHostAlloc: CudaBackend::alloc_host): cudaPointerGetAttributes says
+/// cudaMemoryTypeHost. Under unified addressing such memory is also readable by kernels at the
+/// same address (CUDA Programming Guide, "Unified Virtual Address Space").
+bool is_pinned(const void* p);
+
 /// Blocks of `threads` threads covering n elements, capped at `max_blocks` (grid-stride loops).
 inline unsigned grid_for(int64_t n, int threads = 256, int64_t max_blocks = 65535LL * 8) {
   int64_t b = (n + threads - 1) / threads;

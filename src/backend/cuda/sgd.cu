@@ -16,6 +16,10 @@
 //  * update_loss_scale: one thread, torch.cuda.amp.GradScaler.update() (torch's
 //    _amp_update_scale_: a grown scale is only kept when it is finite), then
 //    inv_loss_scale = 1 / loss_scale and found_inf = 0.
+//  * load_step_inputs: one thread copies the ring row state[ring_pos] (lr, mixup lambda) into
+//    the step state and advances ring_pos: the step's host inputs read by the step's own first
+//    kernel from pinned host memory, so a replayed step needs no copy (core/step_state.cpp is
+//    the host reference).
 #include "backend/cuda/kernels_common.cuh"
 
 #include <type_traits>
@@ -168,6 +172,16 @@ __global__ void update_loss_scale_kernel(LossScaleParams p, float* __restrict__ 
   s[StepState::found_inf] = 0.f;
 }
 
+/// Backend::load_step_inputs: ring f32 (rows, 2) in pinned host memory (read over the bus).
+__global__ void load_step_inputs_kernel(const float* __restrict__ ring, int64_t rows,
+                                        float* __restrict__ s) {
+  int64_t r = static_cast<int64_t>(s[StepState::ring_pos]);
+  if (r < 0 || r >= rows) r = 0;  // set_loss_scale wrote 0; nothing else writes the field
+  s[StepState::lr] = ring[2 * r];
+  s[StepState::mixup_lambda] = ring[2 * r + 1];
+  s[StepState::ring_pos] = static_cast<float>((r + 1) % rows);
+}
+
 /// Checks a 1-D slab of length n and dtype dt.
 void check_slab(const CudaBackend& be, const char* op, const char* name, const Tensor& t,
                 int64_t n, DType dt) {
@@ -273,6 +287,22 @@ void CudaBackend::update_loss_scale(const LossScaleParams& p, Tensor& state) {
              "cuda {}: invalid loss-scale parameters (growth x{} every {} steps, backoff x{})", op,
              p.growth_factor, p.growth_interval, p.backoff_factor);
   update_loss_scale_kernel<<<1, 1, 0, stream()>>>(p, state.data_as<float>());
+  RN50_CUDA_LAUNCH_CHECK();
+}
+
+// The ring is host memory the kernel reads at the same address (pinned memory under unified
+// addressing is device-accessible: CUDA Runtime API, "Unified Addressing"); pageable memory
+// would fault, so it is refused.
+void CudaBackend::load_step_inputs(const Tensor& ring, Tensor& state) {
+  const char* op = "load_step_inputs";
+  check_step_input_ring(op, ring);
+  RN50_CHECK(is_pinned(ring.data()),
+             "cuda {}: the step-input ring {} must be pinned host memory (alloc_host), which "
+             "kernels read directly",
+             op, ring.str());
+  check_state(*this, op, state);
+  load_step_inputs_kernel<<<1, 1, 0, stream()>>>(ring.data_as<const float>(), ring.dim(0),
+                                                 state.data_as<float>());
   RN50_CUDA_LAUNCH_CHECK();
 }
 
