@@ -407,16 +407,21 @@ if [ $ops_ok = 1 ]; then
     say "RN50_CUDNN_NONDET=1 fp16 b256: $(grep -o 'train.ips [0-9.]* img/s' "$LOG/nondet.log")" \
       "(deterministic, stage train: $(grep -oE 'rn50 [0-9.]+ img/s' "$LOG/train.log" | head -1))"
 fi
-# One A/B row per switch, each against the default of the train stage.
-ab_switch() {  # NAME ENV=VALUE
-  env "$2" "$BUILD/rn50" train --benchmark --data synthetic --device cuda --amp --batch-size 256 \
-    --benchmark-steps "$STEPS" --benchmark-warmup-steps "$WARMUP"
+# One A/B row per switch, each against the default of the train stage; AB_FLAGS are the
+# rn50 train flags compared the same way: --image-shape=4,224,224, the 4-channel stem that
+# tensor-core NHWC kernels want (C of 4 or a multiple of 8), candidate default for CUDA AMP.
+AB_FLAGS="--image-shape=4,224,224"
+ab_switch() {  # NAME ENV=VALUE | NAME --flag=value
+  local envs=() flags=()
+  case $2 in --*) flags=("$2") ;; *) envs=("$2") ;; esac
+  env "${envs[@]}" "$BUILD/rn50" train --benchmark --data synthetic --device cuda --amp \
+    --batch-size 256 --benchmark-steps "$STEPS" --benchmark-warmup-steps "$WARMUP" "${flags[@]}"
 }
 export -f ab_switch
 export bnsw_ok STEPS WARMUP
-for sw in $SWITCHES; do
+for sw in $SWITCHES $AB_FLAGS; do
   [ $bnsw_ok = 1 ] || break
-  name=ab_${sw%%=*}
+  name=ab_$(printf '%s' "${sw%%=*}" | tr -c 'A-Za-z0-9_' '_')
   step "$name" 60 ab_switch "$name" "$sw" &&
     say "$sw fp16 b256: $(grep -o 'train.ips [0-9.]* img/s' "$LOG/$name.log")" \
       "(default, stage train: $(grep -oE 'rn50 [0-9.]+ img/s' "$LOG/train.log" | head -1))"

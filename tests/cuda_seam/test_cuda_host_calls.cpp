@@ -32,11 +32,15 @@
 //    and the default keep the per-element kernels;
 //  * RN50_CUDA_MAXPOOL_BWD=indices: max pooling's backward reads the indices its forward saved
 //    when it gets that forward's x and y buffers, and recomputes otherwise (or by default).
+//  * input normalisation into a 4-channel NHWC tensor (--image-shape 4,H,W) launches the
+//    one-pixel-per-thread kernel on a grid covering the pixels; 3 channels or NCHW keep the
+//    per-element kernel.
 // Test names contain HostCalls (--gtest_filter='*HostCalls*').
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -671,6 +675,29 @@ TEST(CudaTrainStepHostCalls, RingRowIsRewrittenOnlyAfterTheDeviceCaughtUp) {
     if (count(cuda_stub::calls(c0), "cudaStreamSynchronize") > 0) waited.push_back(i);
   }
   EXPECT_EQ(waited, (std::vector<int64_t>{rows}));
+}
+
+TEST(CudaInputHostCalls, FourChannelNhwcIsWrittenOnePixelPerThread) {
+  auto be = make_backend("cuda");
+  const std::array<float, 3> mean{0.485f, 0.456f, 0.406f}, stdv{0.229f, 0.224f, 0.225f};
+  constexpr int64_t kN = 2, kH = 40, kW = 24;
+  Tensor src = be->alloc({kN, 3, kH, kW}, DType::u8, Layout::NHWC);
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (Layout l : {Layout::NHWC, Layout::NCHW})
+      for (int64_t c : {3, 4}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + (l == Layout::NHWC ? " NHWC " : " NCHW ") +
+                     std::to_string(c) + " channels");
+        Tensor dst = be->alloc({kN, c, kH, kW}, dt, l);
+        const size_t c0 = cuda_stub::num_calls();
+        be->normalize_u8(src, mean, stdv, dst);
+        const std::vector<StubCall> k = launches(cuda_stub::calls(c0), "normalize_u8");
+        ASSERT_EQ(k.size(), 1u);
+        const bool pixel = k[0].detail.find("pixel4") != std::string::npos;
+        EXPECT_EQ(pixel, c == 4 && l == Layout::NHWC) << k[0].detail;
+        if (pixel) {
+          EXPECT_EQ(k[0].grid, (kN * kH * kW + 255) / 256);
+        }
+      }
 }
 
 }  // namespace
