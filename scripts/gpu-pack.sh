@@ -33,7 +33,7 @@ VAL=${PACK_VAL:-20}
 LIMIT_MIB=${PACK_LIMIT_MIB:-56}
 SHARED=${SHARED_DIR:-../shared}
 TESTS=${PACK_TESTS:-test_ops_conv_bn test_ops_eltwise_pool_linear test_ops_loss test_ops_optimizer
-  test_ops_input_memory test_ops_cuda_choices test_model_parity test_train_overfit test_train_amp
+  test_ops_input_memory test_ops_real_shapes test_ops_cuda_choices test_model_parity test_train_overfit test_train_amp
   test_train_pure_fp16 test_train_mixup test_train_qat test_train_loop test_train_config_file
   test_infer_device_engine test_infer_engine test_parallel_train test_parallel_mpi}
 BINS="rn50 rn50_parallel_worker rn50_parallel_train_worker libktrace.so"

@@ -267,6 +267,22 @@ if [ $ops_ok = 1 ]; then
   say "ops with $SWITCHES: $([ $bnsw_ok = 1 ] && echo passed || echo FAILED)" \
     "$(grep -E '^\[  (PASSED|FAILED) +\] [0-9]+ tests?' "$LOG/ops_switches.log" | tr '\n' ' ')"
 fi
+# The op harness at ResNet-50's real training shapes (batch 256, f16 NHWC: every stage's
+# convolution kinds, BN at 112x112x64, the fused join, pooling, the input), once with the
+# defaults and once with every switch on (test_ops_real_shapes.cpp).
+real_ops() {
+  local rc=0
+  echo "== defaults"
+  "$BUILD/test_ops_real_shapes" || rc=1
+  echo "== with $SWITCHES"
+  env $SWITCHES "$BUILD/test_ops_real_shapes" || rc=1
+  return $rc
+}
+export -f real_ops
+if [ $ops_ok = 1 ]; then
+  step ops_real 120 real_ops
+  say "ops at batch 256 (defaults, then switches on): $(grep -E '^\[  (PASSED|FAILED) +\] [0-9]+ tests?' "$LOG/ops_real.log" | tr '\n' ' ')"
+fi
 
 # ---- tests: the GPU tests, four at a time ----
 # NAME FILTER: the binary and its gtest filter (the CUDA cases of the mixed ones).
