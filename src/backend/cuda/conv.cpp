@@ -29,7 +29,9 @@
 // the configuration in NCHW, the plan retries with every operand in NHWC.
 // Outputs are overwritten (alpha 1, beta 0; float scalars for F32/F16/BF16 data).
 //
-// The operand checks, plan keys, compute layouts and conversions are shared (conv_common.h).
+// With RN50_CUDNN_API=graph the three directions run on cuDNN's graph API instead (run_conv
+// below is where the choice is made; conv_graph.h), with the same operand checks, plan keys,
+// compute layouts and conversions (conv_common.h).
 //
 // conv2d_bias_act_fwd (inference): cudnnConvolutionBiasActivationForward, y = act(conv(x) +
 // z + bias) in one kernel, for F32 and F16 operands in one layout (fused_plan); otherwise, or
@@ -44,6 +46,7 @@
 
 #include "backend/cuda/conv_choices.h"
 #include "backend/cuda/conv_common.h"
+#include "backend/cuda/conv_graph.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/plans.h"
 #include "core/check.h"
@@ -358,10 +361,16 @@ ConvPlan& get_plan(CudaBackend& be, Dir d, const Conv2dParams& p, const Geo& g, 
 }
 
 /// One convolution call of direction `d` on the role tensors (x role, w role, y role).
-/// One convolution call of direction `d` on the role tensors (x role, w role, y role).
+/// The one place where the cuDNN API of conv2d_fwd, conv2d_bwd_data and conv2d_bwd_weights is
+/// chosen: RN50_CUDNN_API=graph (CudaBackend::cudnn_graph_api()) runs them on the graph API
+/// (conv_graph.h), the default (legacy) on the legacy API below.
 void run_conv(CudaBackend& be, Dir d, const Conv2dParams& p, const Tensor& x, const Tensor& w,
               const Tensor& y) {
   const Geo g = conv_geo(be, d, p, x, w, y);
+  if (be.cudnn_graph_api()) {
+    run_conv_graph(be, d, p, g, x, w, y);
+    return;
+  }
   ConvPlan& plan = get_plan(be, d, p, g, x, w, y);
   const int out = roles(d).out;
   const Operands o =
