@@ -249,20 +249,22 @@ ops_ok=0; [ $ops_rc = 0 ] && ops_ok=1
 say "ops: $([ $ops_ok = 1 ] && echo passed || echo "FAILED (rc $ops_rc): speed stages skipped") $(tr '\n' ' ' < "$LOG/ops.log")"
 # The A/B switches of the CUDA step (each off by default; issue 70): RN50_CUDA_BN_JOIN=fused
 # (the fused BN + residual join), RN50_CUDA_BN_COEFFS=registers (fixed-channel BN apply
-# passes), RN50_CUDA_MAXPOOL_BWD=indices (max-pool backward from saved indices): the BN and
-# max-pool op cases with all on; a failure here skips only their A/B rows in extras.
-SWITCHES="RN50_CUDA_BN_JOIN=fused RN50_CUDA_BN_COEFFS=registers RN50_CUDA_MAXPOOL_BWD=indices"
+# passes), RN50_CUDA_MAXPOOL_BWD=indices (max-pool backward from saved indices),
+# RN50_CUDNN_API=graph (convolutions on cuDNN's graph API): the conv, BN and max-pool op cases
+# with all on (60 s: the graph API times its engines once per convolution shape); a failure
+# here skips only their A/B rows in extras.
+SWITCHES="RN50_CUDA_BN_JOIN=fused RN50_CUDA_BN_COEFFS=registers RN50_CUDA_MAXPOOL_BWD=indices RN50_CUDNN_API=graph"
 bnsw_ok=0
 switch_ops() {
   local rc=0
-  env $SWITCHES "$BUILD/test_ops_conv_bn" --gtest_filter='*BatchNorm*cuda*' || rc=1
+  env $SWITCHES "$BUILD/test_ops_conv_bn" --gtest_filter='*Conv2d*cuda*:*BatchNorm*cuda*' || rc=1
   env $SWITCHES "$BUILD/test_ops_eltwise_pool_linear" --gtest_filter='*MaxPool*cuda*' || rc=1
   return $rc
 }
 export -f switch_ops
 export SWITCHES
 if [ $ops_ok = 1 ]; then
-  step ops_switches 40 switch_ops && bnsw_ok=1
+  step ops_switches 60 switch_ops && bnsw_ok=1
   grep -qE '^\[  PASSED  \] 0 tests' "$LOG/ops_switches.log" && bnsw_ok=0
   say "ops with $SWITCHES: $([ $bnsw_ok = 1 ] && echo passed || echo FAILED)" \
     "$(grep -E '^\[  (PASSED|FAILED) +\] [0-9]+ tests?' "$LOG/ops_switches.log" | tr '\n' ' ')"

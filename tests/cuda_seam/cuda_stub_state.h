@@ -31,6 +31,7 @@ struct CUstream_st {
 };
 struct CUevent_st {
   bool recorded = false;
+  double t_ms = 0;  ///< the fake device clock when recorded (cudaEventElapsedTime)
 };
 struct CUgraph_st {
   int nodes = 0;
@@ -80,6 +81,9 @@ struct State {
   std::vector<CUstream_st*> capturing;          ///< streams in capture
   int device_count = 1;
   int next_stream = 1;
+  /// A fake device clock in milliseconds: cudaEventRecord reads it, work whose duration the
+  /// stubs make up advances it (cudnnBackendExecute, cuda_stubs_graph.cpp).
+  double clock_ms = 0;
 };
 
 inline State& st() {

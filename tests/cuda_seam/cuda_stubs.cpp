@@ -315,6 +315,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(stub::st().mu);
   stub::record_locked("cudaEventRecord");
   event->recorded = true;
+  event->t_ms = stub::st().clock_ms;
   stub::node_locked(stream);
   return cudaSuccess;
 }

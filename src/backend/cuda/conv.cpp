@@ -29,6 +29,10 @@
 // the configuration in NCHW, the plan retries with every operand in NHWC.
 // Outputs are overwritten (alpha 1, beta 0; float scalars for F32/F16/BF16 data).
 //
+// With RN50_CUDNN_API=graph the three directions run on cuDNN's graph API instead (run_conv
+// below is where the choice is made; conv_graph.h), with the same operand checks, plan keys,
+// compute layouts and conversions (conv_common.h).
+//
 // conv2d_bias_act_fwd (inference): cudnnConvolutionBiasActivationForward, y = act(conv(x) +
 // z + bias) in one kernel, for F32 and F16 operands in one layout (fused_plan); otherwise, or
 // when cuDNN refuses the configuration on the first call, conv2d_fwd then the bias_act kernel.
@@ -41,6 +45,8 @@
 #include <vector>
 
 #include "backend/cuda/conv_choices.h"
+#include "backend/cuda/conv_common.h"
+#include "backend/cuda/conv_graph.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/plans.h"
 #include "core/check.h"
@@ -56,22 +62,7 @@ ConvPlan::~ConvPlan() {
   if (x) (void)cudnnDestroyTensorDescriptor(x);
 }
 
-namespace {
-
-/// Largest workspace an algorithm may use (shared by all convolutions and the fc layer).
-constexpr size_t kWorkspaceCap = size_t{1} << 30;
-
-enum class Dir { fwd, bwd_data, bwd_filter };
-
-/// Names of the operands in the three roles of a direction: the x role (x or dx), the w role
-/// (w or dw) and the y role (y or dy), and which role is the output.
-struct Roles {
-  const char* op;
-  const char* x;
-  const char* w;
-  const char* y;
-  int out;  // 0 = x role, 1 = w role, 2 = y role
-};
+namespace conv_detail {
 
 Roles roles(Dir d) {
   switch (d) {
@@ -81,11 +72,6 @@ Roles roles(Dir d) {
   }
   return {"conv2d", "x", "w", "y", 2};
 }
-
-/// Sizes of one convolution: x (N,C,H,W), w (K,C,R,S), y (N,K,OH,OW).
-struct Geo {
-  int64_t N, C, H, W, K, R, S, OH, OW;
-};
 
 /// Validates the three role tensors of direction `d` (device, rank, dtype, shapes, int range)
 /// and returns the sizes. OH = (H + 2*pad - R) / stride + 1 (floor), likewise OW.
@@ -123,6 +109,47 @@ Geo conv_geo(const CudaBackend& be, Dir d, const Conv2dParams& p, const Tensor& 
   return g;
 }
 
+std::string conv_key(Dir d, const Conv2dParams& p, const Tensor& x, const Tensor& w,
+                     const Tensor& y) {
+  const Roles r = roles(d);
+  return fmt::format("{} {}={}@{} {}={}@{} {}={}@{} s{} p{}", r.op, r.x, x.str(),
+                     alignment(x.data()), r.w, w.str(), alignment(w.data()), r.y, y.str(),
+                     alignment(y.data()), p.stride, p.pad);
+}
+
+namespace {
+/// A role operand as cuDNN sees it: the caller's tensor when its memory order already matches
+/// layout `l`, else a view of the scratch buffer `tmp` in that layout.
+Tensor in_layout(const CudaBackend& be, const Tensor& t, Layout l, DeviceBuffer& tmp) {
+  if (same_order(t, l)) return t;
+  return Tensor::view(tmp.ensure(t.nbytes()), t.shape(), t.dtype(), l, be.device());
+}
+}  // namespace
+
+Operands prepare(CudaBackend& be, Layout l, DeviceBuffer& xt, DeviceBuffer& wt, DeviceBuffer& yt,
+                 int out, const Tensor& x, const Tensor& w, const Tensor& y) {
+  Operands o{in_layout(be, x, l, xt), in_layout(be, w, l, wt), in_layout(be, y, l, yt)};
+  if (out != 0 && o.x.data() != x.data()) be.convert_on_device(x, o.x);
+  if (out != 1 && o.w.data() != w.data()) be.convert_on_device(w, o.w);
+  if (out != 2 && o.y.data() != y.data()) be.convert_on_device(y, o.y);
+  return o;
+}
+
+void finish(CudaBackend& be, int out, const Operands& o, const Tensor& x, const Tensor& w,
+            const Tensor& y) {
+  const Tensor& got = out == 0 ? o.x : out == 1 ? o.w : o.y;
+  const Tensor& want = out == 0 ? x : out == 1 ? w : y;
+  if (got.data() == want.data()) return;
+  Tensor dst = want;  // a handle to the caller's memory
+  be.convert_on_device(got, dst);
+}
+
+}  // namespace conv_detail
+
+namespace {
+
+using namespace conv_detail;
+
 cudnnTensorFormat_t format_of(Layout l) {
   return l == Layout::NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
 }
@@ -139,39 +166,6 @@ bool math_allowed(cudnnMathType_t m, DType dt, bool tf32) {
   if (dt == DType::f32 && !tf32) return m == CUDNN_FMA_MATH;
   if (m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return dt == DType::f16;
   return true;
-}
-
-/// A role operand as cuDNN sees it: the caller's tensor when its memory order already matches
-/// the plan's layout, else a view of the plan's scratch buffer `tmp` in that layout.
-Tensor in_layout(const CudaBackend& be, const Tensor& t, Layout l, DeviceBuffer& tmp) {
-  if (same_order(t, l)) return t;
-  return Tensor::view(tmp.ensure(t.nbytes()), t.shape(), t.dtype(), l, be.device());
-}
-
-/// The three role operands of one call in the plan's layout; inputs stored in the other layout
-/// are converted now, the output is converted back by finish().
-struct Operands {
-  Tensor x, w, y;
-};
-
-Operands prepare(CudaBackend& be, ConvPlan& plan, int out, const Tensor& x, const Tensor& w,
-                 const Tensor& y) {
-  Operands o{in_layout(be, x, plan.layout, plan.x_tmp), in_layout(be, w, plan.layout, plan.w_tmp),
-             in_layout(be, y, plan.layout, plan.y_tmp)};
-  if (out != 0 && o.x.data() != x.data()) be.convert_on_device(x, o.x);
-  if (out != 1 && o.w.data() != w.data()) be.convert_on_device(w, o.w);
-  if (out != 2 && o.y.data() != y.data()) be.convert_on_device(y, o.y);
-  return o;
-}
-
-/// Converts the output role back into the caller's tensor when it went through scratch.
-void finish(CudaBackend& be, int out, const Operands& o, const Tensor& x, const Tensor& w,
-            const Tensor& y) {
-  const Tensor& got = out == 0 ? o.x : out == 1 ? o.w : o.y;
-  const Tensor& want = out == 0 ? x : out == 1 ? w : y;
-  if (got.data() == want.data()) return;
-  Tensor dst = want;  // a handle to the caller's memory
-  be.convert_on_device(got, dst);
 }
 
 /// Builds the descriptors of a plan in layout `l`.
@@ -339,10 +333,7 @@ bool find_algo(CudaBackend& be, Dir d, DType dt, ConvPlan& plan, const Operands&
 ConvPlan& get_plan(CudaBackend& be, Dir d, const Conv2dParams& p, const Geo& g, const Tensor& x,
                    const Tensor& w, const Tensor& y) {
   const Roles r = roles(d);
-  const std::string key =
-      fmt::format("{} {}={}@{} {}={}@{} {}={}@{} s{} p{}", r.op, r.x, x.str(), alignment(x.data()),
-                  r.w, w.str(), alignment(w.data()), r.y, y.str(), alignment(y.data()), p.stride,
-                  p.pad);
+  const std::string key = conv_key(d, p, x, w, y);
   auto it = be.conv_plans.find(key);
   if (it != be.conv_plans.end()) return *it->second;
 
@@ -354,7 +345,8 @@ ConvPlan& get_plan(CudaBackend& be, Dir d, const Conv2dParams& p, const Geo& g, 
   std::string failures;
   for (Layout l : tries) {
     std::unique_ptr<ConvPlan> plan = make_plan(be, l, dt, g, p);
-    const Operands o = prepare(be, *plan, r.out, x, w, y);
+    const Operands o = prepare(be, plan->layout, plan->x_tmp, plan->w_tmp, plan->y_tmp, r.out, x,
+                               w, y);
     std::string why;
     if (find_algo(be, d, dt, *plan, o, key, why))
       return *be.conv_plans.emplace(key, std::move(plan)).first->second;
@@ -369,12 +361,20 @@ ConvPlan& get_plan(CudaBackend& be, Dir d, const Conv2dParams& p, const Geo& g, 
 }
 
 /// One convolution call of direction `d` on the role tensors (x role, w role, y role).
+/// The one place where the cuDNN API of conv2d_fwd, conv2d_bwd_data and conv2d_bwd_weights is
+/// chosen: RN50_CUDNN_API=graph (CudaBackend::cudnn_graph_api()) runs them on the graph API
+/// (conv_graph.h), the default (legacy) on the legacy API below.
 void run_conv(CudaBackend& be, Dir d, const Conv2dParams& p, const Tensor& x, const Tensor& w,
               const Tensor& y) {
   const Geo g = conv_geo(be, d, p, x, w, y);
+  if (be.cudnn_graph_api()) {
+    run_conv_graph(be, d, p, g, x, w, y);
+    return;
+  }
   ConvPlan& plan = get_plan(be, d, p, g, x, w, y);
   const int out = roles(d).out;
-  const Operands o = prepare(be, plan, out, x, w, y);
+  const Operands o =
+      prepare(be, plan.layout, plan.x_tmp, plan.w_tmp, plan.y_tmp, out, x, w, y);
   void* ws = be.workspace.ensure(plan.ws_bytes);
   const float alpha = 1.f, beta = 0.f;
   switch (d) {

@@ -117,6 +117,10 @@ void ChoiceStore::load_locked() {
       const nlohmann::json j = nlohmann::json::parse(line);
       Choice c{j.at("algo").get<int>(), j.at("ws_bytes").get<size_t>(), j.at("math").get<int>(),
                j.value("ms", -1.f), j.value("deterministic", true)};
+      if (j.value("api", std::string("legacy")) == "graph") {
+        c.graph = true;
+        c.knobs = j.at("knobs").get<std::vector<std::pair<int64_t, int64_t>>>();
+      }
       entries_[j.at("entry").get<std::string>()] = {c, Source::cache};
       ++loaded_;
     } catch (const std::exception&) {
@@ -146,11 +150,14 @@ void ChoiceStore::remember(const std::string& gpu, size_t cudnn_version, const s
   // One line per choice, appended and flushed at once: several processes (ranks) may append
   // to the same file; a torn line is skipped on reading.
   std::ofstream out(cache_file_, std::ios::app);
-  out << nlohmann::json{{"entry", e},     {"algo", c.algo},
-                        {"ws_bytes", c.ws_bytes}, {"math", c.math},
-                        {"ms", c.ms},     {"deterministic", c.deterministic}}
-             .dump()
-      << '\n';
+  nlohmann::json j{{"entry", e},     {"algo", c.algo},
+                   {"ws_bytes", c.ws_bytes}, {"math", c.math},
+                   {"ms", c.ms},     {"deterministic", c.deterministic}};
+  if (c.graph) {
+    j["api"] = "graph";
+    j["knobs"] = c.knobs;
+  }
+  out << j.dump() << '\n';
   if (!out)
     warn("cuda: could not append to RN50_CUDNN_CACHE file {} (the choice is kept for this "
              "process only)",
@@ -166,6 +173,10 @@ void ChoiceStore::log(const std::string& op, const std::string& key, const std::
                    {"source", source}, {"algo", c.algo},       {"math", c.math},
                    {"ws_bytes", c.ws_bytes}, {"ms", c.ms},     {"deterministic", c.deterministic},
                    {"nondet_allowed", cudnn_nondeterministic()}};
+  if (c.graph) {
+    j["api"] = "graph";
+    j["knobs"] = c.knobs;
+  }
   if (!rejected.empty()) j["fastest_rejected"] = rejected;
   out << j.dump() << '\n';
 }

@@ -12,15 +12,20 @@
 //   RN50_CUDNN_CACHE=FILE   persist the choices (JSON lines keyed by GPU name, cuDNN version,
 //                           the non-determinism switch and the plan's key), so that a second
 //                           run skips the search; lines of another GPU or cuDNN are ignored
+// The graph API's choices (conv_graph.h) live in the same store under keys of their own
+// (starting "graph "), so that a legacy and a graph choice never stand for one another; their
+// cache and log lines carry "api":"graph" and the engine's knobs.
 // No CUDA or cuDNN call here: the search itself stays in conv.cpp, these functions see its
 // results as plain records (so the host-logic tests exercise them without a GPU).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rn50::cuda {
@@ -37,13 +42,19 @@ struct SearchResult {
   bool deterministic = true;
 };
 
-/// A choice: what the convolution runs.
+/// A choice: what the convolution runs. On the legacy API an algorithm and a math type; on the
+/// graph API (RN50_CUDNN_API=graph, conv_graph.h; `graph` true) an engine and its knobs.
 struct Choice {
-  int algo = 0;          ///< the direction's cudnn*Algo_t
+  int algo = 0;          ///< the direction's cudnn*Algo_t; graph: the engine's global index
   size_t ws_bytes = 0;   ///< workspace it needs
-  int math = 0;          ///< cudnnMathType_t it was timed with
+  int math = 0;          ///< cudnnMathType_t it was timed with; graph: the engine's numerical
+                         ///< notes as a bit mask (bit n: cudnnBackendNumericalNote_t n)
   float ms = -1.f;       ///< its time in the search that chose it (-1: unknown)
   bool deterministic = true;
+  bool graph = false;    ///< a graph-API choice (persisted and logged with "api":"graph")
+  /// graph: the engine config's knob choices (cudnnBackendKnobType_t, value), in the order the
+  /// heuristics gave them.
+  std::vector<std::pair<int64_t, int64_t>> knobs = {};
 };
 
 /// The policy's pick among `results` (the first `n`): the fastest acceptable one (ok, timed,

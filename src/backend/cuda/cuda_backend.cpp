@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/conv_graph.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/plans.h"
 #include "core/check.h"
@@ -192,7 +193,9 @@ CudaBackend::CudaBackend(const BackendOptions& opt)
       bn_coeffs_in_registers_(env_switch("RN50_CUDA_BN_COEFFS", "loads", "registers",
                                          "NHWC apply passes with each thread's channels fixed")),
       maxpool_indices_(env_switch("RN50_CUDA_MAXPOOL_BWD", "recompute", "indices",
-                                  "max pooling's backward from the forward's argmax indices")) {
+                                  "max pooling's backward from the forward's argmax indices")),
+      cudnn_graph_api_(env_switch("RN50_CUDNN_API", "legacy", "graph",
+                                  "convolutions on cuDNN's graph API")) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
@@ -234,6 +237,7 @@ CudaBackend::~CudaBackend() {
   }
   input_slots_.clear();
   conv_plans.clear();
+  conv_graph_plans.clear();
   linear_plans.clear();
   release_handles(stream_, copy_stream_, cudnn_, cublaslt_);
   (void)cudaGetLastError();

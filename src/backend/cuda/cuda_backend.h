@@ -19,7 +19,7 @@
 // TF32: allowed for f32 convolutions and GEMMs unless BackendOptions::allow_tf32 is false.
 //
 // Files: cuda_backend.cpp (device, memory, copies, streams, graphs, supports), conv.cpp
-// (cuDNN), linear.cpp (cuBLASLt), batchnorm.cu, eltwise.cu, pool.cu, loss.cu, input.cu,
+// (cuDNN, legacy API), conv_graph.cpp (cuDNN, graph API), linear.cpp (cuBLASLt), batchnorm.cu, eltwise.cu, pool.cu, loss.cu, input.cu,
 // sgd.cu (SGD and AMP ops), convert.cu (dtype / layout conversion used by copy()).
 //
 // Not thread-safe: one backend instance is used from one host thread at a time.
@@ -58,6 +58,9 @@ struct DeviceBuffer {
 struct ConvPlan;
 /// Cached cuBLASLt matmul plans of the fc layer for one (N, C, K, dtypes).
 struct LinearPlan;
+/// Cached convolution on cuDNN's graph API (RN50_CUDNN_API=graph) for one key as ConvPlan's:
+/// the operation graph and the execution plan chosen once (conv_graph.h).
+struct GraphConvPlan;
 
 class CudaBackend final : public Backend {
  public:
@@ -186,6 +189,13 @@ class CudaBackend final : public Backend {
   /// indices faster) recomputes every covering window's argmax from x. Any other value:
   /// rn50::Error naming the variable.
   bool maxpool_indices() const { return maxpool_indices_; }
+  /// Whether conv2d_fwd, conv2d_bwd_data and conv2d_bwd_weights run on cuDNN's graph (backend)
+  /// API (conv_graph.h: an operation graph per plan key, engine configs from the heuristics,
+  /// the fastest of the first few timed once): RN50_CUDNN_API=graph, read once when the backend
+  /// is made; "legacy" (the default until a GPU window measures the graph API faster) keeps
+  /// cudnnFind*AlgorithmEx and cudnnConvolution* (conv.cpp). conv2d_bias_act_fwd's fused call
+  /// stays on the legacy API either way. Any other value: rn50::Error naming the variable.
+  bool cudnn_graph_api() const { return cudnn_graph_api_; }
   /// The device's name (cudaDeviceProp::name, "NVIDIA H100 80GB HBM3"): the key of cached
   /// algorithm choices (conv_choices.h).
   const std::string& gpu_name() const { return gpu_name_; }
@@ -204,6 +214,8 @@ class CudaBackend final : public Backend {
   DeviceBuffer bn_scratch, loss_scratch, linear_scratch;
   std::unordered_map<std::string, std::unique_ptr<ConvPlan>> conv_plans;
   std::unordered_map<std::string, std::unique_ptr<LinearPlan>> linear_plans;
+  /// The graph API's plans (RN50_CUDNN_API=graph), keyed as conv_plans.
+  std::unordered_map<std::string, std::unique_ptr<GraphConvPlan>> conv_graph_plans;
 
  private:
   int device_index_ = 0;
@@ -211,6 +223,7 @@ class CudaBackend final : public Backend {
   bool bn_join_fused_ = false;
   bool bn_coeffs_in_registers_ = false;
   bool maxpool_indices_ = false;
+  bool cudnn_graph_api_ = false;
   /// maxpool2d_fwd's argmax indices (u8 per output) keyed by y's buffer, with what they were
   /// computed for (pool.cu's pool_key); grown on the first (eager) call, never under capture.
   struct PoolIndices {
