@@ -27,7 +27,8 @@
 //    on a grid capped at the SMs x 8 and rounded so that the stride is a multiple of C; NCHW
 //    and the default keep the per-element kernels;
 //  * RN50_CUDA_MAXPOOL_BWD=indices: max pooling's backward reads the indices its forward saved
-//    when it gets that forward's x and y buffers, and recomputes otherwise (or by default).
+//    when it gets that forward's x and y buffers, and recomputes otherwise (or by default);
+//  * RN50_CUDA_BN=cudnn: in test_cuda_bn_cudnn.cpp (same executable).
 // Test names contain HostCalls (--gtest_filter='*HostCalls*').
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -193,7 +193,9 @@ CudaBackend::CudaBackend(const BackendOptions& opt)
       bn_coeffs_in_registers_(env_switch("RN50_CUDA_BN_COEFFS", "loads", "registers",
                                          "NHWC apply passes with each thread's channels fixed")),
       maxpool_indices_(env_switch("RN50_CUDA_MAXPOOL_BWD", "recompute", "indices",
-                                  "max pooling's backward from the forward's argmax indices")) {
+                                  "max pooling's backward from the forward's argmax indices")),
+      bn_cudnn_(env_switch("RN50_CUDA_BN", "own", "cudnn",
+                           "training batch norm on cuDNN's NHWC fused BN where it applies")) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
@@ -236,6 +238,7 @@ CudaBackend::~CudaBackend() {
   input_slots_.clear();
   conv_plans.clear();
   linear_plans.clear();
+  bn_cudnn_states_.clear();
   release_handles(stream_, copy_stream_, cudnn_, cublaslt_);
   (void)cudaGetLastError();
   // workspace and the scratch DeviceBuffers free themselves after this body.
@@ -249,7 +252,11 @@ bool CudaBackend::supports(Op op, DType dtype, Layout layout) const {
     case Op::softmax_xent:
     case Op::topk:
     case Op::amp: return dtype == DType::f32;
-    case Op::batchnorm_add_relu: return bn_join_fused_;  // else Backend's default: separate
+    // Our fused kernels (RN50_CUDA_BN_JOIN=fused, every configuration) or cuDNN's
+    // BN_ADD_ACTIVATION (RN50_CUDA_BN=cudnn, where bn_cudnn_refusal takes the dtype and layout;
+    // every channel count of ResNet is a multiple of 4). Else Backend's default: separate ops.
+    case Op::batchnorm_add_relu:
+      return bn_join_fused_ || !bn_cudnn_refusal(BatchNormParams{}, dtype, layout, -1);
     default: return true;  // conv, bn, eltwise, pooling, linear, normalize_u8 (dst dtype)
   }
 }
