@@ -19,8 +19,9 @@
 #   extras    bf16 training pair, rn50 with RN50_CUDNN_NONDET=1 (cudnn.benchmark's choice: the
 #             A/B against the deterministic default), rn50 with RN50_CUDA_BN_JOIN=fused (the
 #             fused BN + residual join), RN50_CUDA_BN_COEFFS=registers (fixed-channel BN
-#             apply passes) and RN50_CUDA_MAXPOOL_BWD=indices (max-pool backward from saved
-#             indices), one A/B row each, once their op cases passed (right after ops),
+#             apply passes), RN50_CUDA_MAXPOOL_BWD=indices (max-pool backward from saved
+#             indices) and RN50_CUDA_BN=cudnn (training BN on cuDNN's fused NHWC kernels),
+#             one A/B row each, once their op cases passed (right after ops),
 #             compute-sanitizer on the conv/BN cases
 # Decision rules: if the op harness fails, the speed stages are skipped (correctness only); if
 # the training ratio is below 0.3, the convergence run is shortened and the kernel tables get
@@ -250,10 +251,11 @@ say "ops: $([ $ops_ok = 1 ] && echo passed || echo "FAILED (rc $ops_rc): speed s
 # The A/B switches of the CUDA step (each off by default; issue 70): RN50_CUDA_BN_JOIN=fused
 # (the fused BN + residual join), RN50_CUDA_BN_COEFFS=registers (fixed-channel BN apply
 # passes), RN50_CUDA_MAXPOOL_BWD=indices (max-pool backward from saved indices),
-# RN50_CUDNN_API=graph (convolutions on cuDNN's graph API): the conv, BN and max-pool op cases
-# with all on (60 s: the graph API times its engines once per convolution shape); a failure
-# here skips only their A/B rows in extras.
-SWITCHES="RN50_CUDA_BN_JOIN=fused RN50_CUDA_BN_COEFFS=registers RN50_CUDA_MAXPOOL_BWD=indices RN50_CUDNN_API=graph"
+# RN50_CUDNN_API=graph (convolutions on cuDNN's graph API), RN50_CUDA_BN=cudnn (training BN on
+# cuDNN's fused NHWC kernels): the conv, BN and max-pool op cases with all on (60 s: the graph
+# API times its engines once per convolution shape); a failure here skips only their A/B rows in
+# extras.
+SWITCHES="RN50_CUDA_BN_JOIN=fused RN50_CUDA_BN_COEFFS=registers RN50_CUDA_MAXPOOL_BWD=indices RN50_CUDNN_API=graph RN50_CUDA_BN=cudnn"
 bnsw_ok=0
 switch_ops() {
   local rc=0

@@ -278,6 +278,47 @@ TEST_P(OpsBackend, BatchNormAddReluBwd) {
     }
 }
 
+// The fused forward, then its backward on the forward's y and statistics (g1 + g2, and g1 alone
+// in place: dres aliasing g1, as the schedule calls it): a backend may keep state between the two
+// (CUDA with RN50_CUDA_BN=cudnn: cuDNN's reserve space), which the backward tests above, on the
+// reference's forward, never reach. Against the reference's add_relu_bwd / relu_bwd then
+// batchnorm_bwd on exactly the values the backend holds.
+TEST_P(OpsBackend, BatchNormAddReluFwdThenBwd) {
+  REQUIRE_OP(Op::batchnorm_add_relu);
+  for (const BnShape& s : kBnShapes)
+    for (bool two_parts : {true, false}) {
+      SCOPED_TRACE(bn_name(s, true) + (two_parts ? " g1 + g2" : " g1 only, in place"));
+      BatchNormParams p;
+      Tensor x = rand({s.N, s.C, s.H, s.W}, -0.5, 1.5), res = rand(x.shape());
+      Tensor g = rand({s.C}, 0.5, 1.5), b = rand({s.C}, -0.5, 0.5);
+      Tensor g1 = rand(x.shape()), g2 = rand(x.shape());
+      Tensor xd = up(x, dt(), lay()), gd = up(g, F32, NCHW), bd = up(b, F32, NCHW);
+      Tensor rm = up(rand({s.C}, -0.2, 0.2), F32, NCHW);
+      Tensor rv = up(rand({s.C}, 0.5, 2), F32, NCHW);
+      Tensor y = out(x.shape(), dt(), lay()), sm = out({s.C}, F32), sv = out({s.C}, F32);
+      be().batchnorm_add_relu_fwd_train(p, xd, up(res, dt(), lay()), gd, bd, rm, rv, y, sm, sv);
+      const Tensor yh = test::download(be(), y), smh = test::download(be(), sm);
+      const Tensor svh = test::download(be(), sv);
+      Tensor g1d = up(g1, dt(), lay());
+      Tensor dres = two_parts ? out(x.shape(), dt(), lay()) : g1d;
+      Tensor dx = out(x.shape(), dt(), lay()), dg = out({s.C}, F32), db = out({s.C}, F32);
+      be().batchnorm_add_relu_bwd(p, xd, y, g1d, two_parts ? up(g2, dt(), lay()) : Tensor(), gd,
+                                  sm, sv, dres, dx, dg, db);
+      Tensor dresr = rout(x.shape()), dxr = rout(x.shape()), dgr = rout({s.C}), dbr = rout({s.C});
+      const Tensor yr = convert(yh, F64, lay());
+      if (two_parts)
+        ref().add_relu_bwd(yr, rin(g1, dt(), lay()), rin(g2, dt(), lay()), dresr);
+      else
+        ref().relu_bwd(yr, rin(g1, dt(), lay()), dresr);
+      ref().batchnorm_bwd(p, rin(x, dt(), lay()), yr, dresr, rin(g, F32, NCHW),
+                          convert(smh, F64, NCHW), convert(svh, F64, NCHW), dxr, dgr, dbr);
+      check("batchnorm_add_relu_bwd dres", dres, dresr, tol(kExact1));
+      check("batchnorm_add_relu_bwd dx", dx, dxr, tol(kBnBwd));
+      check("batchnorm_add_relu_bwd dgamma", dg, dgr, tol(kBnBwd));
+      check("batchnorm_add_relu_bwd dbeta", db, dbr, tol(kBnBwd));
+    }
+}
+
 RN50_INSTANTIATE_OPS_BACKEND();
 
 }  // namespace

@@ -31,10 +31,12 @@
 //    on a grid capped at the SMs x 8 and rounded so that the stride is a multiple of C; NCHW
 //    and the default keep the per-element kernels;
 //  * RN50_CUDA_MAXPOOL_BWD=indices: max pooling's backward reads the indices its forward saved
-//    when it gets that forward's x and y buffers, and recomputes otherwise (or by default).
+//    when it gets that forward's x and y buffers, and recomputes otherwise (or by default);
 //  * input normalisation into a 4-channel NHWC tensor (--image-shape 4,H,W) launches the
 //    one-pixel-per-thread kernel on a grid covering the pixels; 3 channels or NCHW keep the
-//    per-element kernel.
+//    per-element kernel;
+//  * RN50_CUDA_BN=cudnn: in test_cuda_bn_cudnn.cpp, RN50_CUDNN_API=graph: in
+//    test_cuda_conv_graph.cpp (same executable).
 // Test names contain HostCalls (--gtest_filter='*HostCalls*').
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -51,6 +53,7 @@
 
 #include "backend/cuda/conv_choices.h"
 #include "cuda_stubs.h"
+#include "host_calls_util.h"
 #include "model/input_stage.h"
 #include "rn50/backend.h"
 #include "rn50/model.h"
@@ -65,39 +68,9 @@ namespace fs = std::filesystem;
 using cuda_stub::count;
 using cuda_stub::count_in_capture;
 using cuda_stub::StubCall;
+using namespace seam_test;  // dump, capture_region, ScopedEnv, ... (host_calls_util.h)
 
-/// The calls a captured region must not make (a CUDA graph records none of them).
-const char* const kAllocFns[] = {"cudaMalloc", "cudaFree", "cudaMallocHost", "cudaHostAlloc",
-                                 "cudaFreeHost"};
-const char* const kSyncFns[] = {"cudaStreamSynchronize", "cudaDeviceSynchronize",
-                                "cudaEventSynchronize"};
 constexpr size_t kWorkspaceCap = size_t{1} << 30;  // conv.cpp's kWorkspaceCap
-
-std::string dump(const std::vector<StubCall>& cs, bool kernels = false) {
-  std::string s;
-  for (const StubCall& c : cs) {
-    if (c.fn == "kernel" && !kernels) continue;
-    s += "\n  " + c.fn + (c.in_capture ? " [capture]" : "") + (c.failed ? " FAILED" : "") +
-         (c.detail.empty() ? "" : " " + c.detail) +
-         (c.bytes ? " " + std::to_string(c.bytes) + " B" : "");
-  }
-  return s;
-}
-
-/// The calls of a capture: from cudaStreamBeginCapture to cudaStreamEndCapture, inclusive.
-std::vector<StubCall> capture_region(const std::vector<StubCall>& cs) {
-  auto b = std::find_if(cs.begin(), cs.end(),
-                        [](const StubCall& c) { return c.fn == "cudaStreamBeginCapture"; });
-  auto e = std::find_if(b, cs.end(),
-                        [](const StubCall& c) { return c.fn == "cudaStreamEndCapture"; });
-  if (b == cs.end() || e == cs.end()) return {};
-  return std::vector<StubCall>(b, e + 1);
-}
-
-void expect_no_alloc_or_sync(const std::vector<StubCall>& cs, const std::string& where) {
-  for (const char* fn : kAllocFns) EXPECT_EQ(count(cs, fn), 0) << fn << " " << where << dump(cs);
-  for (const char* fn : kSyncFns) EXPECT_EQ(count(cs, fn), 0) << fn << " " << where << dump(cs);
-}
 
 struct Conv {
   std::unique_ptr<Backend> be;
@@ -319,36 +292,10 @@ TEST(CudaCaptureHostCalls, CapturingAnUnwarmedConvolutionFails) {
   EXPECT_TRUE(warm.be->capture([&] { warm.be->conv2d_fwd(v.p, v.x, v.w, v.y); }));
 }
 
-/// Environment variable `name` set to `v` (unset when null) for the scope, unset after it.
-struct ScopedEnv {
-  ScopedEnv(const char* name, const char* v) : name_(name) {
-    if (v)
-      setenv(name, v, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() { unsetenv(name_); }
-  const char* name_;
-};
-
 /// RN50_CUDA_BN_JOIN set to `v` (unset when null) for the scope.
 struct BnJoinEnv : ScopedEnv {
   explicit BnJoinEnv(const char* v) : ScopedEnv("RN50_CUDA_BN_JOIN", v) {}
 };
-
-/// The kernel names (demangled, as registered) launched in `cs`.
-std::vector<std::string> kernel_names(const std::vector<StubCall>& cs) {
-  std::vector<std::string> names;
-  for (const StubCall& c : cs)
-    if (c.fn == "kernel") names.push_back(c.detail);
-  return names;
-}
-
-int count_named(const std::vector<std::string>& names, const std::string& part) {
-  return static_cast<int>(std::count_if(names.begin(), names.end(), [&](const std::string& n) {
-    return n.find(part) != std::string::npos;
-  }));
-}
 
 /// b in pinned host memory from be.alloc_host (what the data loader delivers on CUDA).
 Batch pinned_copy(Backend& be, const Batch& b) {

@@ -35,6 +35,9 @@
 // before the ReLU; the backward statistics pass forms the join's gradient
 // g = y > 0 ? g1 + g2 : 0, writes it rounded as dres and sums the rounded values, and the apply
 // pass reads dres as dy.
+// With RN50_CUDA_BN=cudnn, bn_forward_train and bn_backward hand the configurations cuDNN takes
+// (CudaBackend::bn_cudnn_refusal: NHWC f16/bf16, C % 4 == 0) to batchnorm_cudnn.cpp after the
+// argument checks here; bn_var_from_inv_std is its kernel that fills save_var.
 // bn_scratch holds the partials and the coefficients; its size depends on C only (see scratch()),
 // it is grown on the first call with a larger C and then reused: captured graphs never allocate.
 #include "backend/cuda/kernels_common.cuh"
@@ -157,7 +160,24 @@ void launch_fwd_apply(cudaStream_t st, const T* x, const T* res, T* y, uint32_t 
   RN50_CUDA_LAUNCH_CHECK();
 }
 
+/// var[c] = max(1 / inv_std[c]^2 - eps, 0) in double (CudaBackend::bn_var_from_inv_std).
+__global__ void bn_var_from_inv_std_kernel(const float* __restrict__ inv_std, double eps,
+                                           uint32_t C, float* __restrict__ var) {
+  const uint32_t c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const double s = inv_std[c];
+  const double v = 1.0 / (s * s) - eps;
+  var[c] = static_cast<float>(v > 0.0 ? v : 0.0);
+}
+
 }  // namespace
+
+void CudaBackend::bn_var_from_inv_std(const float* inv_std, double eps, uint32_t C, float* var) {
+  if (C == 0) return;
+  bn_var_from_inv_std_kernel<<<ceil_div(C, kThreads), kThreads, 0, stream()>>>(inv_std, eps, C,
+                                                                               var);
+  RN50_CUDA_LAUNCH_CHECK();
+}
 
 // ------------------------------------------------------------------ ops
 
@@ -199,6 +219,11 @@ void CudaBackend::bn_forward_train(const char* op, const BatchNormParams& p, boo
   RN50_CHECK(M > 1, "cuda {}: expected more than 1 value per channel when training, got x {}",
              op, x.str());
   if (C == 0) return;
+  // RN50_CUDA_BN=cudnn, where cuDNN takes the configuration: its fused BN.
+  if (!bn_cudnn_refusal(p, x.dtype(), x.layout(), C) &&
+      cudnn_bn_forward_train(p, relu, x, residual, gamma, beta, running_mean, running_var, y,
+                             save_mean, save_var))
+    return;
   const bool nhwc = x.layout() == Layout::NHWC;
   const uint32_t n = static_cast<uint32_t>(x.numel());
   cudaStream_t st = stream();
@@ -304,6 +329,10 @@ void CudaBackend::bn_backward(const char* op, const BatchNormParams& p, bool rel
   check_channel_vec(*this, op, "dbeta", dbeta, C);
   RN50_CHECK(M > 0, "cuda {}: x {} has no values per channel", op, x.str());
   if (C == 0) return;
+  // RN50_CUDA_BN=cudnn: cuDNN's backward where this layer's forward ran on cuDNN.
+  if (!bn_cudnn_refusal(p, x.dtype(), x.layout(), C) &&
+      cudnn_bn_backward(p, relu, x, y, dy, g2, dres, gamma, save_mean, dx, dgamma, dbeta))
+    return;
   const bool nhwc = x.layout() == Layout::NHWC;
   const uint32_t n = static_cast<uint32_t>(x.numel());
   cudaStream_t st = stream();

@@ -5,7 +5,10 @@
 // join's gradient dres = y > 0 ? g1 + g2 : 0 (rounded) and sums it, and the apply pass reads
 // dres. Two passes over the activations fewer per join and direction than the separate
 // add_relu + batchnorm kernels; without the switch these run Backend's default (the separate
-// kernels). The buffer rules are fused_bn_checks.h's, as for the oneDNN backend.
+// kernels). With RN50_CUDA_BN=cudnn, where cuDNN takes the configuration (bn_cudnn_refusal),
+// the same entry points run cuDNN's BN_ADD_ACTIVATION instead (batchnorm_cudnn.cpp; a channel
+// count cuDNN refuses runs our fused kernels, so the op is fused wherever supports() claims it).
+// The buffer rules are fused_bn_checks.h's, as for the oneDNN backend.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/fused_bn_checks.h"
 #include "core/check.h"
@@ -17,7 +20,7 @@ void CudaBackend::batchnorm_add_relu_fwd_train(const BatchNormParams& p, const T
                                                const Tensor& beta, Tensor& running_mean,
                                                Tensor& running_var, Tensor& y,
                                                Tensor& save_mean, Tensor& save_var) {
-  if (!bn_join_fused_) {
+  if (!supports(Op::batchnorm_add_relu, x.dtype(), x.layout())) {
     Backend::batchnorm_add_relu_fwd_train(p, x, residual, gamma, beta, running_mean, running_var,
                                           y, save_mean, save_var);
     return;
@@ -34,7 +37,7 @@ void CudaBackend::batchnorm_add_relu_bwd(const BatchNormParams& p, const Tensor&
                                          const Tensor& gamma, const Tensor& save_mean,
                                          const Tensor& save_var, Tensor& dres, Tensor& dx,
                                          Tensor& dgamma, Tensor& dbeta) {
-  if (!bn_join_fused_) {
+  if (!supports(Op::batchnorm_add_relu, x.dtype(), x.layout())) {
     Backend::batchnorm_add_relu_bwd(p, x, y, g1, g2, gamma, save_mean, save_var, dres, dx, dgamma,
                                     dbeta);
     return;

@@ -195,7 +195,9 @@ CudaBackend::CudaBackend(const BackendOptions& opt)
       maxpool_indices_(env_switch("RN50_CUDA_MAXPOOL_BWD", "recompute", "indices",
                                   "max pooling's backward from the forward's argmax indices")),
       cudnn_graph_api_(env_switch("RN50_CUDNN_API", "legacy", "graph",
-                                  "convolutions on cuDNN's graph API")) {
+                                  "convolutions on cuDNN's graph API")),
+      bn_cudnn_(env_switch("RN50_CUDA_BN", "own", "cudnn",
+                           "training batch norm on cuDNN's NHWC fused BN where it applies")) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
@@ -239,6 +241,7 @@ CudaBackend::~CudaBackend() {
   conv_plans.clear();
   conv_graph_plans.clear();
   linear_plans.clear();
+  bn_cudnn_states_.clear();
   release_handles(stream_, copy_stream_, cudnn_, cublaslt_);
   (void)cudaGetLastError();
   // workspace and the scratch DeviceBuffers free themselves after this body.
@@ -252,7 +255,11 @@ bool CudaBackend::supports(Op op, DType dtype, Layout layout) const {
     case Op::softmax_xent:
     case Op::topk:
     case Op::amp: return dtype == DType::f32;
-    case Op::batchnorm_add_relu: return bn_join_fused_;  // else Backend's default: separate
+    // Our fused kernels (RN50_CUDA_BN_JOIN=fused, every configuration) or cuDNN's
+    // BN_ADD_ACTIVATION (RN50_CUDA_BN=cudnn, where bn_cudnn_refusal takes the dtype and layout;
+    // every channel count of ResNet is a multiple of 4). Else Backend's default: separate ops.
+    case Op::batchnorm_add_relu:
+      return bn_join_fused_ || !bn_cudnn_refusal(BatchNormParams{}, dtype, layout, -1);
     default: return true;  // conv, bn, eltwise, pooling, linear, normalize_u8 (dst dtype)
   }
 }

@@ -1,6 +1,7 @@
 // rn50: the CUDA backend ("cuda"): cuDNN convolutions, cuBLASLt for the fc layer, and our own
 // kernels for batch norm (with fused ReLU), elementwise ops, pooling, the loss, input
-// normalisation, SGD and the AMP loss-scale logic.
+// normalisation, SGD and the AMP loss-scale logic (with RN50_CUDA_BN=cudnn, training batch norm
+// on NHWC f16/bf16 runs cuDNN's fused BN instead: batchnorm_cudnn.cpp).
 //
 // Execution model (what makes CUDA graph capture of a whole training step possible):
 //  * One main stream (stream_) carries every op, in order; ops never synchronise the host and
@@ -19,8 +20,10 @@
 // TF32: allowed for f32 convolutions and GEMMs unless BackendOptions::allow_tf32 is false.
 //
 // Files: cuda_backend.cpp (device, memory, copies, streams, graphs, supports), conv.cpp
-// (cuDNN, legacy API), conv_graph.cpp (cuDNN, graph API), linear.cpp (cuBLASLt), batchnorm.cu, eltwise.cu, pool.cu, loss.cu, input.cu,
-// sgd.cu (SGD and AMP ops), convert.cu (dtype / layout conversion used by copy()).
+// (cuDNN, legacy API), conv_graph.cpp (cuDNN, graph API), linear.cpp (cuBLASLt), batchnorm.cu,
+// eltwise.cu, pool.cu, loss.cu, input.cu, sgd.cu (SGD and AMP ops), convert.cu (dtype / layout
+// conversion used by copy()), batchnorm_cudnn.cpp (the cuDNN implementation of training batch
+// norm, RN50_CUDA_BN=cudnn).
 //
 // Not thread-safe: one backend instance is used from one host thread at a time.
 #pragma once
@@ -61,6 +64,9 @@ struct LinearPlan;
 /// Cached convolution on cuDNN's graph API (RN50_CUDNN_API=graph) for one key as ConvPlan's:
 /// the operation graph and the execution plan chosen once (conv_graph.h).
 struct GraphConvPlan;
+/// One BatchNorm layer's cuDNN state between its training forward and backward (reserve space,
+/// saved inverse std, descriptors, workspace sizes): batchnorm_cudnn.cpp, RN50_CUDA_BN=cudnn.
+struct BnCudnnState;
 
 class CudaBackend final : public Backend {
  public:
@@ -196,6 +202,17 @@ class CudaBackend final : public Backend {
   /// cudnnFind*AlgorithmEx and cudnnConvolution* (conv.cpp). conv2d_bias_act_fwd's fused call
   /// stays on the legacy API either way. Any other value: rn50::Error naming the variable.
   bool cudnn_graph_api() const { return cudnn_graph_api_; }
+  /// Whether training batch norm (batchnorm_fwd_train, batchnorm_bwd, and the fused
+  /// batchnorm_add_relu_*) runs cuDNN's cudnnBatchNormalizationForwardTrainingEx /
+  /// BackwardEx where cuDNN takes the configuration (bn_cudnn_refusal: NHWC, f16/bf16,
+  /// C % 4 == 0): RN50_CUDA_BN=cudnn, read once when the backend is made; "own" (the default
+  /// until a GPU window measures cuDNN's faster) keeps our kernels. Any other value:
+  /// rn50::Error naming the variable.
+  bool bn_cudnn() const { return bn_cudnn_; }
+  /// Why training batch norm on x (activations of dtype `dt` in layout `l`, C channels) does
+  /// NOT run on cuDNN, or nullptr when it does: the one place that decides (batchnorm_cudnn.cpp).
+  /// C < 0: not known (supports(), which sees no shape), only the dtype/layout conditions.
+  const char* bn_cudnn_refusal(const BatchNormParams& p, DType dt, Layout l, int64_t C) const;
   /// The device's name (cudaDeviceProp::name, "NVIDIA H100 80GB HBM3"): the key of cached
   /// algorithm choices (conv_choices.h).
   const std::string& gpu_name() const { return gpu_name_; }
@@ -207,6 +224,10 @@ class CudaBackend final : public Backend {
   /// when cuDNN's fused call does not take the configuration. z: undefined or y's shape, dtype
   /// and memory order.
   void bias_act(const Tensor& bias, const Tensor& z, bool relu, Tensor& y);
+  /// var[c] = 1 / inv_std[c]^2 - eps (at least 0) for c < C, in double, rounded once to f32, on
+  /// the backend stream (batchnorm.cu): the biased batch variance of the Backend contract's
+  /// save_var from cuDNN's saved inverse standard deviation 1 / sqrt(var + eps).
+  void bn_var_from_inv_std(const float* inv_std, double eps, uint32_t C, float* var);
 
   /// The one workspace shared by all cuDNN/cuBLASLt calls (ops run in stream order).
   DeviceBuffer workspace;
@@ -224,6 +245,15 @@ class CudaBackend final : public Backend {
   bool bn_coeffs_in_registers_ = false;
   bool maxpool_indices_ = false;
   bool cudnn_graph_api_ = false;
+  bool bn_cudnn_ = false;
+  /// The cuDNN BN layers' state (RN50_CUDA_BN=cudnn), keyed by the layer's save_mean buffer:
+  /// the one buffer both directions receive (batchnorm_bwd without a ReLU gets no y). Made and
+  /// grown on a layer's first (eager) training forward, never freed before the backend, so
+  /// never under a capture; at most kMaxBnCudnnStates entries (batchnorm_cudnn.cpp).
+  std::unordered_map<const void*, std::unique_ptr<BnCudnnState>> bn_cudnn_states_;
+  /// batchnorm_add_relu_bwd on cuDNN: g1 + g2 (or a copy of g1 when dres aliases it), the one
+  /// dy cuDNN reads, apart from dres, which it writes. Grown on the first (eager) call.
+  DeviceBuffer bn_dy_scratch_;
   /// maxpool2d_fwd's argmax indices (u8 per output) keyed by y's buffer, with what they were
   /// computed for (pool.cu's pool_key); grown on the first (eager) call, never under capture.
   struct PoolIndices {
@@ -262,6 +292,19 @@ class CudaBackend final : public Backend {
                    const Tensor& y, const Tensor& dy, const Tensor& g2, Tensor& dres,
                    const Tensor& gamma, const Tensor& save_mean, const Tensor& save_var,
                    Tensor& dx, Tensor& dgamma, Tensor& dbeta);
+  /// bn_forward_train on cuDNN (cudnnBatchNormalizationForwardTrainingEx): arguments checked by
+  /// bn_forward_train, bn_cudnn_refusal() null for x. False (nothing done: our kernels run) only
+  /// when save_mean's layer is new and kMaxBnCudnnStates layers have state. batchnorm_cudnn.cpp.
+  bool cudnn_bn_forward_train(const BatchNormParams& p, bool relu, const Tensor& x,
+                              const Tensor& residual, const Tensor& gamma, const Tensor& beta,
+                              Tensor& running_mean, Tensor& running_var, Tensor& y,
+                              Tensor& save_mean, Tensor& save_var);
+  /// bn_backward on cuDNN (cudnnBatchNormalizationBackwardEx) when save_mean's layer has the
+  /// state of a cuDNN forward on these x (and y, with an activation) and this op; false (nothing
+  /// done: our kernels run) otherwise. Arguments checked by bn_backward. batchnorm_cudnn.cpp.
+  bool cudnn_bn_backward(const BatchNormParams& p, bool relu, const Tensor& x, const Tensor& y,
+                         const Tensor& dy, const Tensor& g2, Tensor& dres, const Tensor& gamma,
+                         const Tensor& save_mean, Tensor& dx, Tensor& dgamma, Tensor& dbeta);
 };
 
 }  // namespace rn50::cuda

@@ -1,8 +1,8 @@
 // rn50 CUDA backend: the cached per-shape plans of the convolutions (cuDNN) and the fc layer
-// (cuBLASLt). Their definitions live here, not in conv.cpp / linear.cpp, because CudaBackend
-// owns them through std::unique_ptr and its constructor and destructor (cuda_backend.cpp) need
-// the complete types; the destructors themselves are defined next to the code that fills the
-// plans (conv.cpp, linear.cpp).
+// (cuBLASLt), and the per-layer state of cuDNN's batch norm. Their definitions live here, not in
+// conv.cpp / linear.cpp / batchnorm_cudnn.cpp, because CudaBackend owns them through
+// std::unique_ptr and its constructor and destructor (cuda_backend.cpp) need the complete types;
+// the destructors themselves are defined next to the code that fills them.
 #pragma once
 
 #include <cublasLt.h>
@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "backend/cuda/cuda_backend.h"
 
@@ -68,6 +69,27 @@ struct LinearPlan {
   cublasLtMatmulAlgo_t algo{};
   size_t ws_bytes = 0;
   ~LinearPlan();
+};
+
+/// One BatchNorm layer's cuDNN state (RN50_CUDA_BN=cudnn, batchnorm_cudnn.cpp): what
+/// cudnnBatchNormalizationForwardTrainingEx leaves for cudnnBatchNormalizationBackwardEx and our
+/// Backend API does not carry. Written by the layer's training forward; its backward uses it
+/// only when its key matches (same op, x, y, dtype, shape, eps), else runs our kernels.
+struct BnCudnnState {
+  std::string key;                        ///< what the reserve space was written for
+  cudnnTensorDescriptor_t x = nullptr;    ///< x, y, z, dy, dz, dx: NHWC, the activations' dtype
+  /// gamma, beta and the statistics: f32 (1,C,1,1) from cudnnDeriveBNTensorDescriptor
+  cudnnTensorDescriptor_t bn = nullptr;
+  cudnnActivationDescriptor_t act = nullptr;  ///< ReLU (the ops with an activation)
+  size_t fwd_ws = 0, bwd_ws = 0;          ///< workspace sizes of ForwardTrainingEx / BackwardEx
+  size_t reserve_bytes = 0;               ///< cudnnGetBatchNormalizationTrainingExReserveSpaceSize
+  DeviceBuffer reserve;                   ///< the forward's reserve space, read by the backward
+  DeviceBuffer inv_std;                   ///< C floats: cuDNN's resultSaveInvVariance
+  /// The forward's beta (bnBias): BackwardEx reads it with an activation, and Backend's
+  /// batchnorm_bwd has no beta argument. A parameter: same buffer and values until SGD, which
+  /// runs after the backward.
+  const void* beta = nullptr;
+  ~BnCudnnState();
 };
 
 }  // namespace rn50::cuda
