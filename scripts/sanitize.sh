@@ -14,6 +14,10 @@
 #     cannot run there (qemu is killed mapping ASan's shadow memory: `qemu-x86_64 -cpu Haswell
 #     build-asan/rn50 --version` exits 137 after a minute, 2026-12-06). It tests which
 #     instructions the portable build uses, which the plain run covers; nothing of memory safety.
+#   test_parallel_netns: mpirun across network-namespace hosts, a rank killed and a link cut
+#     (scripts/netns-cluster.sh): it checks the launcher's and the watchdog's timing, which an
+#     ASan build's slower ranks would blur, and runs the same rn50 training code that
+#     test_parallel_train runs sanitized under mpirun.
 # In this build, tests that measure the process's memory (RSS) skip that check
 # (tests/sanitizer_build.h): ASan's quarantine keeps freed memory; LeakSanitizer checks leaks.
 #
@@ -43,12 +47,13 @@ if [ $# -gt 0 ]; then
   exit
 fi
 MPI_TESTS='^test_parallel_(mpi|train)$'
-LEFT_OUT='^(test_model_parity|test_cli_portable)$'
+LEFT_OUT='^(test_model_parity|test_cli_portable|test_parallel_netns)$'
 jobs=${RN50_TEST_JOBS:-$(n=$(nproc); echo $(( n < 4 ? n : 4 )))}
 rc=0
 ctest --test-dir "$B" --output-on-failure -j "$jobs" -E "$MPI_TESTS|$LEFT_OUT" || rc=1
 LSAN_OPTIONS="$LSAN_OPTIONS:fast_unwind_on_malloc=0" \
   ctest --test-dir "$B" --output-on-failure -R "$MPI_TESTS" || rc=1
 n=$(ctest --test-dir "$B" -N -E "$LEFT_OUT" | grep -c '^ *Test *#' || true)
-echo "sanitize: $n tests ran under ASan + UBSan (left out: test_model_parity, test_cli_portable)"
+echo "sanitize: $n tests ran under ASan + UBSan (left out: test_model_parity, test_cli_portable," \
+  "test_parallel_netns)"
 exit $rc

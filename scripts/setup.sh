@@ -27,6 +27,11 @@
 #
 # Portability (tests/test_cli_portable.cpp): qemu-user runs the default build under an emulated
 # Haswell (AVX2) and Nehalem (SSE4.2), the CPUs below the one it was built on.
+#
+# Many hosts on one machine (scripts/netns-cluster.sh, tests/test_parallel_netns.cpp): iproute2's
+# ip (network namespaces, veths, a bridge) and tc (link speeds); Slurm on those hosts
+# (scripts/netns-slurm.sh): slurm-wlm (slurmctld, slurmd, srun with PMIx) and munge. Their
+# system services are not used (the script starts its own daemons with their own files).
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config
       libdnnl-dev ocl-icd-opencl-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
@@ -36,7 +41,7 @@ pkgs=(cmake ninja-build g++ pkg-config
       python3-matplotlib
       libcpp-httplib-dev prometheus hey chromium chromium-driver python3-selenium
       clang-14 libclang-rt-14-dev libomp-14-dev
-      qemu-user)
+      qemu-user iproute2 slurm-wlm munge)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,7 +10,9 @@
 // Debian python3-matplotlib), gpu (a usable CUDA device), serve (promtool: Debian's prometheus),
 // browser (/usr/bin/chromium, chromedriver and python() with selenium: Debian's chromium,
 // chromium-driver, python3-selenium), mount (root: the disk-fault tests mount small tmpfs),
-// qemu (/usr/bin/qemu-x86_64: Debian's qemu-user, the portability test).
+// qemu (/usr/bin/qemu-x86_64: Debian's qemu-user, the portability test), netns (root, ip netns
+// and mpirun: the namespace-cluster tests of scripts/netns-cluster.sh), slurm (slurmctld, slurmd
+// and munged: Debian's slurm-wlm and munge, the srun test on those hosts).
 #pragma once
 
 #include <gtest/gtest.h>

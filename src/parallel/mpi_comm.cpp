@@ -2,11 +2,16 @@
 #ifdef RN50_HAVE_MPI
 #include "parallel/mpi_comm.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "core/check.h"
 #include "parallel/comm_impl.h"
@@ -112,6 +117,19 @@ MpiCommunicator::MpiCommunicator(const ProcessInfo& info, Backend* backend)
                     "with mpirun"
                   : "launch every rank with the same mpirun");
   }
+  // Every rank's host name and pid, for the message of a rank that stops the job: a rank blocked
+  // in a collective cannot tell which peer is gone (the launcher names the lost process or
+  // node), so the message lists where each rank runs.
+  char host[kHostBytes] = {};
+  gethostname(host, sizeof host - 1);
+  std::vector<char> hosts(static_cast<size_t>(size) * kHostBytes);
+  check_mpi(MPI_Allgather(host, kHostBytes, MPI_CHAR, hosts.data(), kHostBytes, MPI_CHAR, comm_),
+            "MPI_Allgather (host names)");
+  for (int r = 0; r < size; ++r) {
+    const char* h = hosts.data() + static_cast<size_t>(r) * kHostBytes;
+    rank_hosts_ +=
+        fmt::format("{}{} {}", r ? ", " : "", r, std::string(h, strnlen(h, kHostBytes)));
+  }
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -178,7 +196,11 @@ void MpiCommunicator::start_watchdog(double timeout_s) {
 }
 
 void MpiCommunicator::abort(const std::string& why) {
-  print_abort_message(info_.rank, why);
+  char host[kHostBytes] = {};
+  gethostname(host, sizeof host - 1);
+  print_abort_message(info_.rank,
+                      fmt::format("{} [rank {} on host {}, pid {}; the job's ranks: {}]", why,
+                                  info_.rank, host, getpid(), rank_hosts_));
   // mpirun forwards each rank's stderr asynchronously but prints its own MPI_ABORT banner at
   // once: a short pause lets the reason reach the terminal first (seen reversed on a loaded
   // 2-core machine), so the first line a user reads says what went wrong.

@@ -52,6 +52,9 @@ class MpiCommunicator final : public Communicator {
   Backend* backend_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   Watchdog watchdog_;
+  static constexpr int kHostBytes = 64;  ///< a host name's bytes in the gather
+  /// "0 host-a, 1 host-b, ..." (gathered at construction; abort()'s message names them).
+  std::string rank_hosts_;
 };
 
 /// Throws rn50::Error with MPI's error string when rc != MPI_SUCCESS.
