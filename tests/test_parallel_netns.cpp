@@ -47,7 +47,13 @@ std::string netns_skip_reason() {
   if (geteuid() != 0) return "not root (ip netns needs it)";
   const std::string mpi = rn50::test::mpi_skip_reason();
   if (!mpi.empty()) return mpi;
-  if (run("ip netns list").exit_code != 0) return "ip netns does not work here";
+  // Make, enter (with a UTS namespace, as the cluster's hosts) and remove a probe namespace:
+  // listing alone succeeds where making one fails (a chroot without /run/netns, no CAP_SYS_ADMIN).
+  const std::string ns = "rn50-probe" + std::to_string(getpid() % 100000);
+  const RunResult r = run("ip netns add " + ns + " && ip netns exec " + ns +
+                          " unshare --uts true; rc=$?; ip netns del " + ns +
+                          " 2>/dev/null; exit $rc");
+  if (r.exit_code != 0) return "network namespaces do not work here: " + r.output;
   return "";
 }
 
