@@ -13,7 +13,8 @@
 #       hosts      "NAME ADDR" per host
 #   scripts/netns-cluster.sh down        remove every namespace, veth and bridge it made
 #   scripts/netns-cluster.sh link HOST up|down   raise or cut host HOST's link (its veth in the
-#                  root namespace): a cut link drops packets silently, as a pulled cable does
+#                  root namespace): a cut link drops packets silently, as a pulled cable does;
+#                  up returns once the other hosts and HOST reach each other again
 #   scripts/netns-cluster.sh rate HOST RATE|off   shape host HOST's traffic in both directions
 #                  with a token bucket (tc tbf, e.g. RATE 10gbit); off removes it
 #
@@ -118,9 +119,37 @@ link() {
   need_root
   i=$(host_index "$1")
   case $2 in
-    up | down) ip link set "$VETH$i" "$2" ;;
+    down) ip link set "$VETH$i" down ;;
+    up)
+      ip link set "$VETH$i" up
+      # Back only once every other host reaches it and it reaches them: their neighbour
+      # entries may have failed while it was gone. A TCP connect to a closed port answers
+      # "refused" when the host is reachable, and times out when not.
+      local j k ok
+      for j in $(ip netns list | awk '{print $1}' | grep -E "^${NS}[0-9]+$"); do
+        ip -n "$j" neigh flush all 2> /dev/null || true
+      done
+      for ((k = 0; k < 100; k++)); do
+        ok=1
+        for j in $(ip netns list | awk '{print $1}' | grep -E "^${NS}[0-9]+$"); do
+          [ "$j" = "$NS$i" ] && continue
+          reach "$j" "198.18.0.$i" && reach "$NS$i" "198.18.0.${j#"$NS"}" || ok=0
+        done
+        [ $ok = 1 ] && return 0
+        sleep 0.1
+      done
+      die "host $i: link up, but the other hosts do not reach it within 10 s"
+      ;;
     *) die "link: use up or down, got '$2'" ;;
   esac
+}
+
+# Whether namespace $1 reaches address $2: a TCP connect to port 9 (discard, nobody listens)
+# is refused by a reachable host and times out otherwise.
+reach() {
+  local out
+  out=$(ip netns exec "$1" timeout 1 bash -c "exec 3<> /dev/tcp/$2/9" 2>&1 || true)
+  [[ $out == *refused* ]]
 }
 
 rate() {
