@@ -6,14 +6,15 @@
 #     train --image-root /data --checkpoint-dir /output/checkpoints --epochs 1 --batch-size 32
 #   docker build --target test -t rn50:test . && docker run --rm rn50:test     # the test suite
 #
-# Stages: build (compiler, -dev packages, the rn50 binary), test (build + the whole tree: the
-# test programs; its command runs ctest), runtime (the default, last stage: Debian's runtime
-# libraries and the stripped binary). A plain build skips the test stage (BuildKit and buildah
-# build only the stages the target needs). scripts/container-check.sh builds and checks it all
-# with podman/buildah. The GPU image is docker/Dockerfile.cuda.
+# Stages: compile (compiler, -dev packages, the rn50 binary's objects), build (the binary with its
+# git revision, stripped), test (compile + the whole tree: the test programs; its command runs
+# ctest), runtime (the default, last stage: Debian's runtime libraries and the binary). A plain
+# build skips the test stage (BuildKit and buildah build only the stages the target needs).
+# scripts/container-check.sh builds and checks it all with podman/buildah. The GPU image is
+# docker/Dockerfile.cuda.
 
-# ---- build ----
-FROM docker.io/library/debian:bookworm AS build
+# ---- compile ----
+FROM docker.io/library/debian:bookworm AS compile
 # Not scripts/setup.sh: it also installs what the whole test suite, CI and the benchmarks use
 # (PyTorch, Chromium, clang, qemu, prometheus: several GB). The build needs only the compiler
 # and the libraries' -dev packages, the same ones setup.sh names for them (see its notes on
@@ -40,15 +41,21 @@ COPY fuzz/ fuzz/
 COPY bench/ bench/
 COPY configs/ configs/
 COPY docs/ docs/
-# .git is not in the build context: the revision that reports record comes from here
-# (scripts/container-check.sh passes `git describe`); "unknown" when not given.
-ARG RN50_GIT_REVISION=unknown
 # The README's build (scripts/build.sh) without its setup.sh: Release, portable, server and ONNX
 # export on (their packages are installed above, so a missing one fails here instead of building
 # an image without them), CUDA off. Only the CLI here; the test stage builds the rest.
-RUN RN50_GIT_REVISION="$RN50_GIT_REVISION" cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DRN50_NATIVE=OFF -DRN50_CUDA=OFF -DRN50_SERVE=ON -DRN50_ONNX=ON \
- && RN50_GIT_REVISION="$RN50_GIT_REVISION" cmake --build build --target rn50_cli -j "$(nproc)" \
+ && cmake --build build --target rn50_cli -j "$(nproc)"
+
+# ---- build: the binary with its git revision ----
+# .git is not in the build context: the revision that reports record comes from the build
+# argument RN50_GIT_REVISION (scripts/container-check.sh passes `git describe`; default
+# "unknown"). Given only here, after the compile stage, a new revision recompiles one file and
+# relinks instead of invalidating the whole compile layer.
+FROM compile AS build
+ARG RN50_GIT_REVISION=unknown
+RUN RN50_GIT_REVISION="$RN50_GIT_REVISION" cmake --build build --target rn50_cli \
  && strip -o /rn50 build/rn50
 
 # ---- test: docker build --target test -t rn50:test . && docker run --rm rn50:test ----
@@ -58,11 +65,12 @@ RUN RN50_GIT_REVISION="$RN50_GIT_REVISION" cmake -S . -B build -G Ninja -DCMAKE_
 # promtool, qemu, tmpfs mounts, a GPU. ../shared's data: mount it, `-v /path/to/shared:/shared:ro`
 # (the source is /src, so the tests' ../shared is /shared); without it the data tests skip.
 # RN50_REQUIRE=mpi: the multi-process tests must run (they would otherwise skip without mpirun).
-FROM build AS test
-ARG RN50_GIT_REVISION=unknown
-RUN RN50_GIT_REVISION="$RN50_GIT_REVISION" cmake --build build -j "$(nproc)"
+FROM compile AS test
+RUN cmake --build build -j "$(nproc)"
 # test_data_prepare_imagenet runs scripts/prepare-imagenet.sh.
 COPY scripts/ scripts/
+ARG RN50_GIT_REVISION=unknown
+RUN RN50_GIT_REVISION="$RN50_GIT_REVISION" cmake --build build -j "$(nproc)"
 ENV OMP_WAIT_POLICY=passive RN50_REQUIRE=mpi
 CMD ["sh", "-c", "n=$(nproc); exec ctest --test-dir /src/build --output-on-failure -j $((n < 4 ? n : 4))"]
 

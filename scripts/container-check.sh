@@ -23,6 +23,9 @@
 # images cached goes straight to the checks. Not part of CI (.ci/run): too slow for it.
 # Usage: bash scripts/container-check.sh      (SHARED_DIR=../shared, KEEP=1 keeps the containers)
 set -uo pipefail
+# The whole script is one block that bash reads before running it: editing the file while a
+# check runs (it takes a while) does not change the running check.
+{
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 CACHE=${RN50_CONTAINER_CACHE:-/var/tmp/rn50-container}
@@ -150,10 +153,10 @@ if [ -d "$src/train" ] && [ -d "$src/val" ]; then
   ntrain=$(find "$WORK/data/train" -type f | wc -l); nval=$(find "$WORK/data/val" -type f | wc -l)
   chmod -R a+rX "$WORK"
   say "data: $ntrain train + $nval val JPEGs, $CLASSES classes of $src"
-  flags=(--image-root /data --epochs 1 --warmup-epochs 0 --crop-size 64 --resize-short 73
+  flags=(--epochs 1 --warmup-epochs 0 --crop-size 64 --resize-short 73
          --print-interval 4 --workers 1)
   t=$SECONDS
-  brun -v "$WORK/data:/data:ro" "$ctr" -- rn50 train "${flags[@]}" --batch-size 8 \
+  brun -v "$WORK/data:/data:ro" "$ctr" -- rn50 train --image-root /data "${flags[@]}" --batch-size 8 \
     --checkpoint-dir /output/checkpoints --report-file /output/train.jsonl > "$WORK/train.log" 2>&1
   rc=$?
   grep -E "train_eval|done:" "$WORK/train.log" | sed 's/^/  | /'
@@ -168,7 +171,7 @@ if [ -d "$src/train" ] && [ -d "$src/val" ]; then
   # Two MPI ranks in the image, as its user (no --allow-run-as-root).
   t=$SECONDS
   brun -v "$WORK/data:/data:ro" "$ctr" -- mpirun -np 2 --bind-to none --mca btl tcp,self \
-    rn50 train "${flags[@]}" --batch-size 4 --checkpoint-dir /output/checkpoints-mpi \
+    rn50 train --image-root /data "${flags[@]}" --batch-size 4 --checkpoint-dir /output/checkpoints-mpi \
     > "$WORK/train-mpi.log" 2>&1
   rc=$?
   ck=$(brun "$ctr" -- find /output/checkpoints-mpi -name model.safetensors 2> /dev/null)
@@ -182,7 +185,8 @@ if [ -d "$src/train" ] && [ -d "$src/val" ]; then
   # MPI across two containers: a second container of the image runs rn50-sshd (the README's
   # recipe for a further host), and mpirun in the first starts rank 1 there through ssh. Both
   # share the host's network (chroot isolation), so the "remote" host is 127.0.0.2: another
-  # address of the loopback, which OpenMPI does not take for its own node.
+  # address of the loopback, which OpenMPI does not take for its own node. Two mounts each
+  # (~/.ssh and the data), so the data goes to /mnt/data, not to the /data VOLUME (above).
   t=$SECONDS
   port=${CHECK_SSH_PORT:-$(for p in $(shuf -i 20000-40000 -n 20); do
     ss -ltn | grep -q ":$p " || { echo "$p"; break; }; done)}
@@ -193,12 +197,14 @@ if [ -d "$src/train" ] && [ -d "$src/val" ]; then
     cp ~/.ssh/id_ed25519.pub ~/.ssh/authorized_keys &&
     printf 'Host *\n  Port $port\n  StrictHostKeyChecking accept-new\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n' > ~/.ssh/config" ||
     fail "ssh keys"
-  brun "${ssh_mount[@]}" -v "$WORK/data:/data:ro" "$sctr" -- rn50-sshd "$port" > "$WORK/sshd.log" 2>&1 &
-  sshd_pid=$!
+  buildah run --isolation chroot "${ssh_mount[@]}" -v "$WORK/data:/mnt/data:ro" "$sctr" -- \
+    rn50-sshd "$port" > "$WORK/sshd.log" 2>&1 &
+  sshd_pid=$!   # buildah run passes the TERM on to sshd
   for _ in $(seq 30); do grep -q "Server listening" "$WORK/sshd.log" && break; sleep 1; done
-  brun "${ssh_mount[@]}" -v "$WORK/data:/data:ro" "$ctr" -- mpirun -np 2 -H 127.0.0.1:1,127.0.0.2:1 \
+  brun "${ssh_mount[@]}" -v "$WORK/data:/mnt/data:ro" "$ctr" -- mpirun -np 2 -H 127.0.0.1:1,127.0.0.2:1 \
     --bind-to none --mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
-    rn50 train "${flags[@]}" --batch-size 4 --checkpoint-dir /output/checkpoints-2ctr --log-all-ranks \
+    rn50 train --image-root /mnt/data "${flags[@]}" --batch-size 4 \
+    --checkpoint-dir /output/checkpoints-2ctr --log-all-ranks \
     > "$WORK/train-2ctr.log" 2>&1
   rc=$?
   kill "$sshd_pid" 2> /dev/null; wait "$sshd_pid" 2> /dev/null
@@ -207,7 +213,7 @@ if [ -d "$src/train" ] && [ -d "$src/val" ]; then
     pass "mpirun across two containers (rank 1 through rn50-sshd on port $port): exit 0 ($(elapsed $t))"
   else
     fail "mpirun across two containers: exit $rc (logs $WORK/train-2ctr.log, $WORK/sshd.log)"
-    tail -5 "$WORK/train-2ctr.log" "$WORK/sshd.log"
+    tail -n 5 "$WORK/train-2ctr.log" "$WORK/sshd.log"
     KEEP=1
   fi
 else
@@ -243,3 +249,5 @@ fi
 say "image rn50:cpu $size; $(elapsed $T0) in all"
 if [ "$fails" -eq 0 ]; then echo "PASS container-check"; else echo "FAIL container-check: $fails failed"; fi
 [ "$fails" -eq 0 ]
+exit
+}
