@@ -66,6 +66,11 @@ RUN RN50_GIT_REVISION="$RN50_GIT_REVISION" cmake --build build --target rn50_cli
 # (the source is /src, so the tests' ../shared is /shared); without it the data tests skip.
 # RN50_REQUIRE=mpi: the multi-process tests must run (they would otherwise skip without mpirun).
 FROM compile AS test
+# python3 with numpy and PIL: the data tests' helper scripts (TFRecord writer, reference images).
+# Not PyTorch (over 1 GB): the torchvision parity tests skip.
+ARG DEBIAN_FRONTEND=noninteractive
+RUN apt-get update && apt-get install -y --no-install-recommends python3-numpy python3-pil \
+ && rm -rf /var/lib/apt/lists/*
 RUN cmake --build build -j "$(nproc)"
 # test_data_prepare_imagenet runs scripts/prepare-imagenet.sh.
 COPY scripts/ scripts/

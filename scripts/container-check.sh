@@ -8,15 +8,17 @@
 #   3. podman build --isolation chroot: rn50:cpu (the runtime image) and rn50:test (the test stage);
 #   4. checks the runtime image: its config (ENTRYPOINT rn50, a non-root user, /data and /output
 #      volumes, WORKDIR /output), that every library resolves, `rn50 --version`, then trains
-#      ResNet-50 for one epoch on real JPEGs (a few classes of ../shared's imagenette copied to
-#      /data: CHECK_TRAIN and CHECK_VAL images per class) with a checkpoint in /output, and the
-#      same training as 2 MPI ranks with mpirun inside the image;
-#   5. runs the test suite inside rn50:test (ctest, min(cores, 4) at a time) with ../shared
-#      mounted as /shared, RN50_REQUIRE=mpi,data so the MPI and data tests cannot skip;
-#      CHECK_TESTS=REGEX runs only the tests ctest -R selects, CHECK_TESTS=none none.
+#      ResNet-50 for one epoch on real JPEGs (CHECK_CLASSES classes of ../shared's imagenette,
+#      CHECK_TRAIN train and CHECK_VAL val images each, mounted as /data) and looks for the
+#      checkpoint in /output; the same training on 2 MPI ranks in one container, and on 2 ranks
+#      in two containers (mpirun starts rank 1 in the other one through its rn50-sshd);
+#   5. runs the whole test suite inside rn50:test (ctest, min(cores, 4) at a time) with ../shared
+#      mounted as /shared, RN50_REQUIRE=mpi,data so the MPI and data tests cannot skip, and
+#      lists why test cases skipped; CHECK_TESTS=REGEX runs only the tests ctest -R selects,
+#      CHECK_TESTS=none none.
 # Containers are run with `buildah run --isolation chroot`: `podman run` fails in sandboxes
-# without the rights to set rlimits (this project's machines: "setrlimit RLIMIT_NPROC:
-# Operation not permitted"), buildah's chroot isolation needs none of it.
+# without the rights to set rlimits (this project's machines: "crun: setrlimit `RLIMIT_NOFILE`:
+# Operation not permitted: OCI permission denied"); buildah's chroot isolation needs none of it.
 # Prints PASS/FAIL lines and a summary; exits non-zero when anything failed.
 # Time on this project's 2-core machine (2026-12-07): about NN minutes from nothing (debootstrap
 # 2 min, the two image builds NN min, training NN s, the test suite NN min); a rerun with the
@@ -238,11 +240,14 @@ if [ "$TESTS" != none ]; then
       fail "ctest in rn50:test: exit $rc (failed tests:)"
       grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$CACHE/ctest.log" | head -20
     fi
-    # ctest keeps every test's output in LastTest.log: the GoogleTest cases that skipped.
+    # ctest keeps every test's output in LastTest.log: the GoogleTest cases that skipped, and why.
     brun "$tctr" -- cat /src/build/Testing/Temporary/LastTest.log > "$CACHE/ctest-last.log" 2>&1
-    skips=$(grep -o '^\[  SKIPPED \] [A-Za-z0-9_/.]*' "$CACHE/ctest-last.log" | sort -u)
-    say "$(grep -c . <<< "$skips") test cases skipped (what the image lacks: PyTorch, ONNX,"\
-" matplotlib, Chromium, promtool, qemu, tmpfs mounts, a GPU); in $CACHE/ctest-last.log"
+    reasons=$(grep -A1 ': Skipped$' "$CACHE/ctest-last.log" | grep -v -e '^--$' -e ': Skipped$')
+    lack=$(grep -iE 'python|torch|PIL|numpy|onnx|opencv|matplotlib|chromium|selenium|promtool|qemu|mount' \
+      <<< "$reasons")
+    say "$(grep -c . <<< "$reasons") test cases skipped; $(grep -c . <<< "$lack") of them for what the" \
+      "image leaves out (below), the others as in any CPU-only build (no GPU, this CPU's ISA)"
+    sort <<< "$lack" | uniq -c | sort -rn | sed 's/^/  | /'
   fi
 fi
 
