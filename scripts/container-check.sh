@@ -20,9 +20,11 @@
 # without the rights to set rlimits (this project's machines: "crun: setrlimit `RLIMIT_NOFILE`:
 # Operation not permitted: OCI permission denied"); buildah's chroot isolation needs none of it.
 # Prints PASS/FAIL lines and a summary; exits non-zero when anything failed.
-# Time on this project's 2-core machine (2026-12-07): about NN minutes from nothing (debootstrap
-# 2 min, the two image builds NN min, training NN s, the test suite NN min); a rerun with the
-# images cached goes straight to the checks. Not part of CI (.ci/run): too slow for it.
+# Time on this project's 2-core machine (shared, 2026-12-07): 646 s from nothing (debootstrap
+# and import 38 s, rn50:cpu 254 s, the training checks 61 s, rn50:test 148 s, ctest 144 s; an
+# earlier run on a busier machine: debootstrap 93 s, rn50:cpu 285 s, ctest 277 s). A rerun
+# reuses the base image and the build layers: a new commit relinks (the git revision) and
+# reruns the checks. Not part of CI (.ci/run): too slow for it.
 # Usage: bash scripts/container-check.sh      (SHARED_DIR=../shared, KEEP=1 keeps the containers)
 set -uo pipefail
 # The whole script is one block that bash reads before running it: editing the file while a
