@@ -47,6 +47,9 @@ COPY docs/ docs/
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DRN50_NATIVE=OFF -DRN50_CUDA=OFF -DRN50_SERVE=ON -DRN50_ONNX=ON \
  && cmake --build build --target rn50_cli -j "$(nproc)"
+# The label marks every stage (the stages below inherit it) and the runtime image, so that
+# container-check.sh can prune the stages that earlier builds left untagged, and only those.
+LABEL org.opencontainers.image.title=rn50
 
 # ---- build: the binary with its git revision ----
 # .git is not in the build context: the revision that reports record comes from the build
@@ -104,6 +107,7 @@ ENV RN50_CONVERT_SCRIPT=/usr/local/share/rn50/tools/convert_weights.py \
 # A non-root user owns /output (checkpoints, reports, exported models); /data is read only.
 RUN useradd --create-home --uid 1000 --shell /bin/bash rn50 \
  && mkdir -p /data /output && chown rn50:rn50 /output
+LABEL org.opencontainers.image.title=rn50
 USER rn50
 WORKDIR /output
 VOLUME ["/data", "/output"]

@@ -253,6 +253,11 @@ if [ "$TESTS" != none ]; then
   fi
 fi
 
+# Each new revision leaves the previous images and build stages untagged (1-3 GB a run): prune
+# those of rn50 (the Dockerfile's label), not other projects'. rn50:test keeps the compile stage
+# that the next build reuses.
+podman image prune -f --filter label=org.opencontainers.image.title=rn50 > /dev/null 2>&1 ||
+  say "podman image prune failed (harmless)"
 say "image rn50:cpu $size; $(elapsed $T0) in all"
 if [ "$fails" -eq 0 ]; then echo "PASS container-check"; else echo "FAIL container-check: $fails failed"; fi
 [ "$fails" -eq 0 ]
