@@ -30,8 +30,7 @@ set -uo pipefail
 # The whole script is one block that bash reads before running it: editing the file while a
 # check runs (it takes a while) does not change the running check.
 {
-cd "$(dirname "$0")/.."
-ROOT=$(pwd)
+cd "$(dirname "$0")/.." || exit 1
 CACHE=${RN50_CONTAINER_CACHE:-/var/tmp/rn50-container}
 SHARED=$(readlink -f "${SHARED_DIR:-../shared}")
 TRAIN_N=${CHECK_TRAIN:-34}
