@@ -1,9 +1,16 @@
 # Writes ${OUT} (a header defining RN50_GIT_REVISION) from `git describe --always --dirty` in
 # ${SRC}; run at every build by the rn50_git_revision target, it rewrites the file only when the
 # revision changed, so an unchanged tree rebuilds nothing. Outside a git checkout: "unknown".
-execute_process(COMMAND git -C "${SRC}" describe --always --dirty --abbrev=12
-                OUTPUT_VARIABLE rev OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET
-                RESULT_VARIABLE rc)
+# A build without .git (the container images: .dockerignore leaves it out) passes the revision
+# in the environment variable RN50_GIT_REVISION instead (Dockerfile's build argument).
+if(NOT "$ENV{RN50_GIT_REVISION}" STREQUAL "")
+  set(rev "$ENV{RN50_GIT_REVISION}")
+  set(rc 0)
+else()
+  execute_process(COMMAND git -C "${SRC}" describe --always --dirty --abbrev=12
+                  OUTPUT_VARIABLE rev OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET
+                  RESULT_VARIABLE rc)
+endif()
 if(NOT rc EQUAL 0 OR rev STREQUAL "")
   set(rev "unknown")
 endif()
