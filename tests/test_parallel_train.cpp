@@ -5,7 +5,8 @@
 //  * `rn50 eval` on 1, 2 and 3 ranks gives identical top-1, top-5 and image count on a val set
 //    of 37 real JPEGs (no batch size of 8 divides it, and 37 is not a multiple of 2 or 3);
 //  * a rank that fails (an undecodable file with --max-bad-fraction 0) stops the whole job
-//    within the timeout with a non-zero exit code, its error printed;
+//    within the timeout with a non-zero exit code, its error printed; so does a rank that fails
+//    before training while the other waits for it, at once (MPI_Abort), not after --timeout;
 //  * on a GPU: NCCL at world size 1 gives the same losses as no communicator.
 // Skipped, with the reason, when mpirun or the MPI communicator is missing.
 #include <gtest/gtest.h>
@@ -156,6 +157,27 @@ TEST(DistTrain, AFailingRankStopsTheJob) {
   EXPECT_NE(r.output.find("rank "), std::string::npos) << r.output;
   // With no --report-file the list of bad files goes to the checkpoint directory, not the cwd.
   EXPECT_TRUE(fs::exists(root / "ckpt" / "bad_files.txt")) << r.output;
+  std::printf("job stopped after %.1f s with exit code %d\n", s, r.exit_code);
+}
+
+// A rank that fails before training (here: a data folder that exists on one node only) while
+// the other waits in the job's first collective: the failing rank aborts the MPI job, so the
+// job stops at once rather than after --timeout (600 s here), or never (exiting normally, the
+// rank would wait in MPI_Finalize for the rank that waits for it).
+TEST(DistTrain, ARankFailingAtStartStopsTheJob) {
+  SKIP_WITHOUT_MPI();
+  const fs::path root = temp_dir("fail_start");
+  const std::string common = std::string(RN50_CLI) +
+                             " train --device cpu --arch resnet18 --crop-size 64 --batch-size 2 "
+                             "--epochs 1 --workers 1 --timeout 600 --checkpoint-dir " +
+                             (root / "ckpt").string();
+  const auto t0 = std::chrono::steady_clock::now();
+  RunResult r = run(mpirun(1) + common + " --data synthetic --synthetic-samples 8 : -np 1 " +
+                    common + " --image-root " + (root / "not_here").string());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(s, 60.0) << "the job must stop at once, not after --timeout 600\n" << r.output;
+  EXPECT_NE(r.output.find("not_here"), std::string::npos) << r.output;
   std::printf("job stopped after %.1f s with exit code %d\n", s, r.exit_code);
 }
 

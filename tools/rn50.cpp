@@ -21,6 +21,7 @@
 #include "commands.h"
 #include "config/flag_kinds.h"
 #include "core/check.h"
+#include "rn50/parallel.h"
 #include "rn50/config.h"
 
 namespace {
@@ -259,6 +260,8 @@ int main(int argc, char** argv) {
       return rn50::cli::run(cf.command, resolve(cf));
     } catch (const rn50::Error& e) {
       std::cerr << "error: " << rn50::error_text(e) << "\n";
+      // One rank of a job: stop the others now (they may wait in a collective for this one).
+      rn50::abort_job_if_distributed(2);
       return 2;
     }
   }

@@ -86,6 +86,12 @@ class Communicator {
 /// without PMI support; "single" in a multi-process job). "mpi"/"nccl" without any launcher is
 /// a valid 1-process job (MPI singleton).
 std::unique_ptr<Communicator> make_communicator(const std::string& kind, Backend& backend);
+/// For a process about to exit with an error: when it is one rank of an MPI job of several
+/// processes (MPI initialised, not finalised, world size > 1), MPI_Abort(MPI_COMM_WORLD,
+/// exit_code), which makes the launcher stop every rank (the others may be blocked in a
+/// collective this rank will never join, and exiting normally would wait for them in
+/// MPI_Finalize). Returns (doing nothing) otherwise: a single process, or a build without MPI.
+void abort_job_if_distributed(int exit_code);
 /// Communicator kinds compiled into this build: {"single"}, plus "mpi" when built with MPI and
 /// "nccl" when built with CUDA and NCCL (jobs of several processes also need MPI).
 std::vector<std::string> compiled_communicators();

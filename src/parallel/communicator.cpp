@@ -85,6 +85,22 @@ std::unique_ptr<Communicator> make_single_communicator(const ProcessInfo& info,
 
 }  // namespace parallel
 
+void abort_job_if_distributed(int exit_code) {
+#ifdef RN50_HAVE_MPI
+  int initialised = 0, finalised = 0, size = 1;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalised);
+  if (!initialised || finalised) return;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size <= 1) return;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+#else
+  (void)exit_code;
+#endif
+}
+
 std::vector<std::string> compiled_communicators() {
   std::vector<std::string> v{"single"};
 #ifdef RN50_HAVE_MPI

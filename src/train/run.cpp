@@ -4,6 +4,7 @@
 
 #include "core/environment.h"
 #include "core/logger.h"
+#include "rn50/parallel.h"
 #include "config/config.h"
 #include "train/session.h"
 #include "train/validation.h"
@@ -52,6 +53,10 @@ int run_train(const Config& config) {
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::cerr << "error: " << error_text(e) << "\n";
+    // An error before the Session existed (e.g. in its constructor, after the communicator was
+    // made) has no Communicator::abort above: stop the other ranks here, or this one would
+    // wait for them in MPI_Finalize while they wait for it in a collective.
+    abort_job_if_distributed(1);
   }
   return 1;
 }
