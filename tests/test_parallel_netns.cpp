@@ -137,19 +137,27 @@ std::string file_bytes(const fs::path& p) {
   return ss.str();
 }
 
+/// Trains the same job as 2 local ranks into `local` (one thread each) and expects its epoch-0
+/// checkpoint (weights and momentum) byte for byte equal to the one in `ckpt`, made by `what`.
+RunResult expect_same_checkpoint_as_local_ranks(const fs::path& ckpt, const fs::path& local,
+                                                const std::string& what) {
+  RunResult l =
+      run(rn50::test::mpirun_prefix(2) + "-x OMP_NUM_THREADS=1 " + train_flags(32, 1, local));
+  EXPECT_EQ(l.exit_code, 0) << l.output;
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+    const std::string x = file_bytes(ckpt / "resnet18" / "0" / f);
+    const std::string y = file_bytes(local / "resnet18" / "0" / f);
+    EXPECT_GT(x.size(), 1000u) << f;
+    EXPECT_TRUE(x == y) << f << " differs between " << what << " and 2 local ranks";
+  }
+  return l;
+}
+
 TEST_F(NetnsCluster, TwoHostsTrainLikeTwoLocalRanks) {
   const fs::path a = dir_ / "hosts", b = dir_ / "local";
   RunResult h = run(mpirun_hosts() + train_flags(32, 1, a));
   ASSERT_EQ(h.exit_code, 0) << h.output;
-  RunResult l =
-      run(rn50::test::mpirun_prefix(2) + "-x OMP_NUM_THREADS=1 " + train_flags(32, 1, b));
-  ASSERT_EQ(l.exit_code, 0) << l.output;
-  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
-    const std::string x = file_bytes(a / "resnet18" / "0" / f);
-    const std::string y = file_bytes(b / "resnet18" / "0" / f);
-    ASSERT_GT(x.size(), 1000u) << f << h.output;
-    EXPECT_TRUE(x == y) << f << " differs between 2 hosts and 2 local ranks";
-  }
+  const RunResult l = expect_same_checkpoint_as_local_ranks(a, b, "2 hosts");
   std::printf("2 hosts: %.1f s, 2 local ranks: %.1f s, checkpoints identical\n", h.seconds,
               l.seconds);
 }
@@ -171,15 +179,7 @@ TEST_F(NetnsCluster, SlurmSrunTrainsLikeTwoLocalRanks) {
                     " --ntasks-per-node 1 --mpi=pmix " + train_flags(32, 1, a));
   run("RN50_NETNS_TAG=" + tag_ + " " + slurm + " down " + c.string());
   ASSERT_EQ(h.exit_code, 0) << h.output;
-  RunResult l =
-      run(rn50::test::mpirun_prefix(2) + "-x OMP_NUM_THREADS=1 " + train_flags(32, 1, b));
-  ASSERT_EQ(l.exit_code, 0) << l.output;
-  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
-    const std::string x = file_bytes(a / "resnet18" / "0" / f);
-    const std::string y = file_bytes(b / "resnet18" / "0" / f);
-    ASSERT_GT(x.size(), 1000u) << f << h.output;
-    EXPECT_TRUE(x == y) << f << " differs between srun on 2 nodes and 2 local ranks";
-  }
+  expect_same_checkpoint_as_local_ranks(a, b, "srun on 2 nodes");
   std::printf("srun on 2 nodes: %.1f s, checkpoints identical to 2 local ranks\n", h.seconds);
 }
 
