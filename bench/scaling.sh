@@ -5,7 +5,7 @@
 # one device, scaling efficiency, and the throughput-vs-devices plot.
 #   bench/scaling.sh OUT_DIR [NPROCS] [-- rn50 bench train flags...]
 # NPROCS: space- or comma-separated process counts (default "1 2"); 1 is required (the baseline
-# of the speedup). Example (this README's table):
+# of the speedup). Example (the table of docs/benchmarking.md):
 #   bench/scaling.sh runs/scaling "1 2" -- --arch resnet50 --batch-sizes 16 --precisions fp32 \
 #     --repeats 3 --data synthetic
 # Environment: BUILD_DIR (build), MPIRUN (mpirun), MPIRUN_FLAGS (default: --oversubscribe

@@ -185,7 +185,7 @@ if [ -d "$src/train" ] && [ -d "$src/val" ]; then
     KEEP=1
   fi
 
-  # MPI across two containers: a second container of the image runs rn50-sshd (the README's
+  # MPI across two containers: a second container of the image runs rn50-sshd (docs/containers.md's
   # recipe for a further host), and mpirun in the first starts rank 1 there through ssh. Both
   # share the host's network (chroot isolation), so the "remote" host is 127.0.0.2: another
   # address of the loopback, which OpenMPI does not take for its own node. Two mounts each

@@ -70,10 +70,10 @@ TEST(CliFlags, BadValuesAreRejectedWithTheirFlag) {
       {"train --data synthetic --device tpu", "--device 'tpu'"},
       {"train --data synthetic --last-epoch-of-checkpoint latest", "'latest'"},
       {"eval --data synthetic --benchmark --benchmark-steps 0", "--benchmark-steps 0"},
-      // A new user with no dataset: what to pass, and where the README says how to get data.
+      // A new user with no dataset: what to pass, and where docs/data.md says how to get data.
       {"train", "pass --image-root DIR"},
       {"train", "--data synthetic"},
-      {"train", "'Getting the data'"},
+      {"train", "docs/data.md, section 'Getting the data'"},
       {"eval", "pass --image-root DIR"},
       {"train --image-root " + tmp.str() + "/nope", "no such directory"},
       {"train --image-root " + tmp.str() + "/nope", "scripts/prepare-imagenet.sh"},

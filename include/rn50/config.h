@@ -253,7 +253,7 @@ struct Config {
   /// class count instead of re-initialising fc (the default for fine-tuning).
   bool strict_pretrained = false;
 
-  // ---- data parallelism (launch with mpirun / srun; see README) ----
+  // ---- data parallelism (launch with mpirun / srun; see docs/distributed.md) ----
   /// Processes taking part: set from the launcher's environment (OpenMPI / Slurm), not a flag.
   int world_size = 1;
   /// --dist-backend: auto (nccl on GPUs, mpi on CPUs when world size > 1, else single), single,

@@ -14,7 +14,7 @@ namespace rn50 {
 
 /// Where a user without a dataset is sent by the errors about --image-root.
 inline constexpr const char* kDataHelp =
-    "README.md, section 'Getting the data', says how to download Imagenette or turn the "
+    "docs/data.md, section 'Getting the data', says how to download Imagenette or turn the "
     "ImageNet-1k archives into this layout with scripts/prepare-imagenet.sh";
 
 /// The precision of a run of `cfg` on `backend` ("onednn", "ref", "cuda"): pure_fp16 with
