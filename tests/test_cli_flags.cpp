@@ -4,6 +4,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/safetensors.h"
 #include "rn50/backend.h"
@@ -302,6 +307,95 @@ TEST(CliFlags, UnknownFlagsAndOtherCommandsFlags) {
   EXPECT_NE(out.find("unknown flag --xyzzy (rn50 export --help lists its flags)"),
             std::string::npos)
       << out;
+}
+
+TEST(CliFlags, UnknownCommandNamesEveryCommand) {
+  // The message is built from rn50::all_commands(), the list the CLI dispatches on: every
+  // command in it, and nothing else.
+  std::vector<std::string> expected;
+  for (rn50::Command c : rn50::all_commands()) expected.emplace_back(rn50::command_name(c));
+  for (const std::string given : {"frobnicate", "bench frobnicate"}) {
+    std::string out;
+    EXPECT_EQ(run_command(kCli + " " + given + " --epochs 1", &out), 2) << out;
+    const std::string head = "unknown command '" + given + "' (expected ";
+    const size_t at = out.find(head);
+    ASSERT_NE(at, std::string::npos) << out;
+    const size_t from = at + head.size(), to = out.find("; see ", from);
+    ASSERT_NE(to, std::string::npos) << out;
+    std::string list = out.substr(from, to - from);
+    const size_t last = list.rfind(" or ");
+    ASSERT_NE(last, std::string::npos) << list;
+    list.replace(last, 4, ", ");
+    std::vector<std::string> named;
+    for (size_t p = 0, q; p <= list.size(); p = q + 2) {
+      q = list.find(", ", p);
+      if (q == std::string::npos) q = list.size();
+      named.push_back(list.substr(p, q - p));
+    }
+    EXPECT_EQ(named, expected) << out;
+  }
+}
+
+TEST(CliFlags, FlagsDocListsWhatHelpLists) {
+  // docs/flags.md says `rn50 COMMAND --help` lists the flags of the command's table, and
+  // -h/--help: per command, the names in its help and in its table (positionals included).
+  const std::string md = rn50::flags_markdown();
+  for (rn50::Command c : rn50::all_commands()) {
+    const std::string name = rn50::command_name(c);
+    std::string help;
+    ASSERT_EQ(run_command(kCli + " " + name + " --help", &help), 0) << help;
+    std::set<std::string> in_help;
+    std::istringstream lines(help);
+    for (std::string l; std::getline(lines, l);) {
+      if (l.rfind("  ", 0) != 0 || l.size() < 3 || l[2] == ' ') continue;
+      std::string names = l.substr(2, l.find(' ', 2) - 2);  // "-h,--help", "--lr", "images"
+      for (size_t p = 0, q; p <= names.size(); p = q + 1) {
+        q = names.find(',', p);
+        if (q == std::string::npos) q = names.size();
+        in_help.insert(names.substr(p, q - p));
+      }
+    }
+    std::set<std::string> in_doc = {"-h", "--help"};
+    const size_t from = md.find("\n## rn50 " + name + "\n");
+    ASSERT_NE(from, std::string::npos) << name;
+    const size_t to = md.find("\n## ", from + 1);
+    std::istringstream rows(md.substr(from, to == std::string::npos ? to : to - from));
+    for (std::string l; std::getline(rows, l);)
+      if (l.rfind("| `", 0) == 0) in_doc.insert(l.substr(3, l.find('`', 3) - 3));
+    EXPECT_EQ(in_help, in_doc) << "rn50 " << name << " --help:\n" << help;
+  }
+}
+
+TEST(CliFlags, ExitCodes) {
+  // tools/rn50.cpp's header lists these.
+  const std::string syn = " --data synthetic --arch resnet18 --crop-size 32 --batch-size 2";
+  const std::vector<std::pair<std::string, int>> cases = {
+      {"--version", 0},
+      {"train --help", 0},
+      {"bench infer --help", 0},
+      // refused before the command runs
+      {"frobnicate", 2},
+      {"bench frobnicate", 2},
+      {"train --no-such-flag" + syn, 2},
+      {"eval --lr 9", 2},
+      {"train --epochs abc" + syn, 2},
+      {"train --config /nonexistent/rn50.toml", 2},
+      // a refused value: train and eval check values inside the run, the others before it
+      {"train --data synthetic --batch-size 0", 1},
+      {"bench infer --batch-sizes 0", 2},
+      {"bench peak --precisions fp16", 2},
+      // an error while the command runs
+      {"predict --model /nonexistent/model x.jpg", 1},
+      {"export --from-checkpoint /nonexistent/ckpt --output /nonexistent/out", 2},
+      // CLI11's own
+      {"", 106},
+      {"train extra-word" + syn, 109},
+      {"train" + syn + " --epochs", 114},
+  };
+  for (const auto& [args, code] : cases) {
+    std::string out;
+    EXPECT_EQ(run_command(kCli + " " + args, &out), code) << "rn50 " << args << ":\n" << out;
+  }
 }
 
 TEST(CliFlags, DleSpellingsEndToEnd) {

@@ -1,15 +1,25 @@
 // rn50: the command line.
 //   rn50 train | eval | predict | export | check-data | bench loader|train|infer|peak | report
-//        [flags]
-//   rn50 serve --model DIR ... | --model-repository DIR [--port 8000] [flags]
-// Every command's flags come from one table (src/config/flags.h): names and spellings follow
+//        | serve | convert-data | convert-weights [flags]
+// (rn50::all_commands(), src/config/flags.cpp: the one list of commands; this file dispatches
+// on it and names it when a command is unknown). Every command's flags come from one table
+// (src/config/flags.h): names and spellings follow
 // NVIDIA DeepLearningExamples (PaddlePaddle RN50 v1.5 train.py where it has them), values are
 // read as DLE writes them (True/False, Cosine, NHWC, FP32), their meanings are documented on
 // Config (include/rn50/config.h) and listed per command in docs/flags.md. This file registers
 // the table with CLI11, catches flags the command does not take (naming who takes them, or the
 // closest known flag), and hands the resolved Config to the command (tools/commands.cpp).
-// Exit codes: 0 ok; 1 a run failed (message on stderr); CLI11's codes (>= 100) for flag
-// syntax errors; 2 for flags or values rejected after parsing.
+// Exit codes (tests/test_cli_flags.cpp, CliFlags.ExitCodes):
+//   0  done (--help and --version too);
+//   1  train, eval or predict failed (the message on stderr), train's and eval's refused values
+//      included: they check values inside the run (--batch-size 0); check-data found a problem
+//      in the dataset; convert-data skipped a sample it could not read;
+//   2  refused before the command ran: an unknown command, an unknown flag or another
+//      command's, a value that does not parse (--epochs abc), a --config file that cannot be
+//      read; for the other commands also a refused value (bench infer --batch-sizes 0) and an
+//      error while they ran (export from a missing checkpoint): main's catch below;
+//   CLI11's codes (>= 100) for the syntax CLI11 refuses itself: 106 no command, 109 an
+//   unexpected argument, 114 a flag without its value.
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
@@ -38,18 +48,23 @@ struct CommandFlags {
   std::map<const FlagSpec*, CLI::Option*> option;
 };
 
-bool takes_config_file(Command c) {
-  return c == rn50::kTrain || c == rn50::kEval || c == rn50::kBenchTrain;
+bool takes_config_file(Command c) { return (c & rn50::kConfigFileCommands) != 0; }
+
+/// Every command, from the one list: "train, eval, ..., convert-data or convert-weights".
+std::string command_list() {
+  std::string out;
+  const std::vector<Command>& all = rn50::all_commands();
+  for (size_t i = 0; i < all.size(); ++i)
+    out += std::string(i == 0 ? "" : i + 1 == all.size() ? " or " : ", ") +
+           rn50::command_name(all[i]);
+  return out;
 }
 
 /// Registers the table's entries `cf.command` takes with CLI11 (help with the command's
 /// default).
 void add_flags(CommandFlags& cf) {
   if (takes_config_file(cf.command))
-    cf.app->add_option("--config", cf.config_file,
-                       "read flags from FILE first: TOML/INI (batch-size = 256, amp = true, "
-                       "lr-decay-epochs = [30, 60]; configs/ has DLE's recipes), or a report / "
-                       "state.json to rerun its configuration; flags given here override it");
+    cf.app->add_option("--config", cf.config_file, rn50::config_file_help())->type_name("FILE");
   for (const FlagSpec& f : rn50::flag_table()) {
     if (!(f.commands & cf.command)) continue;
     std::vector<std::string>& v = cf.text[&f];
@@ -236,9 +251,13 @@ int main(int argc, char** argv) {
 
   int words = 0;
   const unsigned cmd = command_of(argc, argv, &words);
-  if (cmd == 0 && argc > 1 && argv[1][0] != '-' && std::string(argv[1]) != "bench") {
-    std::cerr << "error: unknown command '" << argv[1] << "' (expected train, eval, predict, "
-              << "export, check-data, bench, report or serve; see " << argv[0] << " --help)\n";
+  // An unknown command (`rn50 bench X` too: CLI11 would say that a subcommand is required).
+  const bool bench_word = argc > 1 && std::string(argv[1]) == "bench";
+  if (cmd == 0 && argc > 1 && argv[1][0] != '-' &&
+      (!bench_word || (argc > 2 && argv[2][0] != '-'))) {
+    const std::string given = bench_word ? std::string("bench ") + argv[2] : argv[1];
+    std::cerr << "error: unknown command '" << given << "' (expected " << command_list()
+              << "; see " << argv[0] << " --help)\n";
     return 2;
   }
   std::vector<std::string> args(argv, argv + argc);

@@ -195,15 +195,24 @@ std::string config_table(const Config& cfg, Command command) {
   return out;
 }
 
+const char* config_file_help() {
+  return "read flags from FILE first: TOML/INI (batch-size = 256, amp = true, "
+         "lr-decay-epochs = [30, 60]; configs/ has DLE's recipes), or a report / "
+         "state.json to rerun its configuration; flags given here override it";
+}
+
 std::string flags_markdown() {
   std::string md =
       "# rn50 flags\n\n"
       "Generated from the flag table (src/config/flag_table.cpp) at build time; do not edit.\n"
-      "Each command takes the flags listed under it; `rn50 COMMAND --help` prints the same.\n"
+      "Each command takes the flags listed under it; `rn50 COMMAND --help` lists the same ones,\n"
+      "and `-h`/`--help`.\n"
       "Booleans take DLE's `True`/`False` (or true/false/1/0); choices are matched in any case.\n";
   for (Command c : all_commands()) {
     md += fmt::format("\n## rn50 {}\n\n| flag | value | default | meaning |\n|---|---|---|---|\n",
                       command_name(c));
+    if (c & kConfigFileCommands)
+      md += fmt::format("| `--config` | FILE | none | {} |\n", config_file_help());
     for (const FlagSpec& f : flag_table()) {
       if (!(f.commands & c)) continue;
       const json d = f.get(default_config(c));

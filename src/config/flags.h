@@ -119,6 +119,10 @@ nlohmann::ordered_json config_to_json(const Config& cfg);
 /// help as doc).
 std::vector<ReportField> config_flag_fields();
 
+/// The commands that take --config FILE, and its help text (rn50 COMMAND --help, docs/flags.md).
+inline constexpr unsigned kConfigFileCommands = kTrain | kEval | kBenchTrain;
+const char* config_file_help();
+
 /// rn50 train/eval/bench train --config FILE: sets the flags the file names in `cfg` (not
 /// recorded in cfg.given, so a full configuration fed back is not refused for flags without
 /// effect; flags on the command line are applied after it and win). FILE is TOML or INI through
